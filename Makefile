@@ -1,0 +1,144 @@
+# ferry — build, generate, test and demo.
+#
+# Everything a target needs is built by make itself: the real servers used by
+# the end-to-end tests (kcp, kube-apiserver, etcd) and the protobuf tools come
+# from Go modules and are cached outside the repository in $(FERRY_CACHE).
+
+SHELL := /usr/bin/env bash -o pipefail
+.DEFAULT_GOAL := help
+
+FERRY_CACHE ?= $(HOME)/.cache/ferry
+TOOLS_BIN   := $(FERRY_CACHE)/bin
+
+KCP_VERSION            := v0.28.1
+KUBE_APISERVER_VERSION := v1.36.3
+ETCD_VERSION           := v3.6.16
+BUF_VERSION            := v1.72.0
+PROTOC_GEN_GO_VERSION  := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GRPCURL_VERSION        := v1.9.4
+
+KCP            := $(TOOLS_BIN)/kcp-$(KCP_VERSION)
+KUBE_APISERVER := $(TOOLS_BIN)/kube-apiserver-$(KUBE_APISERVER_VERSION)
+ETCD           := $(TOOLS_BIN)/etcd-$(ETCD_VERSION)
+BUF            := $(TOOLS_BIN)/buf-$(BUF_VERSION)/buf
+PROTOC_GEN_GO  := $(TOOLS_BIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
+PROTOC_GEN_GO_GRPC := $(TOOLS_BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
+GRPCURL        := $(TOOLS_BIN)/grpcurl-$(GRPCURL_VERSION)/grpcurl
+
+SERVER_TOOLS := $(KCP) $(KUBE_APISERVER) $(ETCD)
+PROTO_TOOLS  := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
+
+# The test harness and the demo find the servers and binaries through these.
+export FERRY_KCP_BIN            := $(KCP)
+export FERRY_KUBE_APISERVER_BIN := $(KUBE_APISERVER)
+export FERRY_ETCD_BIN           := $(ETCD)
+export FERRY_GRPCURL_BIN        := $(GRPCURL)
+export FERRY_BIN_DIR            := $(CURDIR)/bin
+
+GO_TEST_FLAGS ?= -race -count=1
+E2E_TIMEOUT   ?= 30m
+
+##@ General
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
+	  /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Build
+
+.PHONY: build
+build: ## Build ferry-broker and ferry-edge into bin/.
+	go build -o bin/ferry-broker ./broker/cmd/ferry-broker
+	go build -o bin/ferry-edge ./edge/cmd/ferry-edge
+
+.PHONY: build-race
+build-race: ## Build both binaries with the race detector (used by the e2e tests).
+	go build -race -o bin/ferry-broker ./broker/cmd/ferry-broker
+	go build -race -o bin/ferry-edge ./edge/cmd/ferry-edge
+
+.PHONY: generate
+generate: $(PROTO_TOOLS) ## Regenerate committed code (protobuf).
+	PATH="$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH" $(BUF) generate
+
+.PHONY: verify
+verify: generate ## Regenerate and fail if the committed generated code differs.
+	@if [ -n "$$(git status --porcelain -- api)" ]; then \
+	  echo "generated code is out of date; run 'make generate' and commit:"; \
+	  git status --porcelain -- api; git diff --stat -- api; exit 1; fi
+
+.PHONY: lint
+lint: $(BUF) ## gofmt check, go vet and buf lint.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+	$(BUF) lint
+
+##@ Test
+
+.PHONY: test
+test: verify lint test-unit test-e2e ## Everything CI runs: generated-code check, lint, unit and e2e tests.
+
+.PHONY: test-unit
+test-unit: ## Unit tests (no servers).
+	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/)
+
+.PHONY: test-e2e
+test-e2e: tools build-race ## End-to-end tests against real kcp, kube-apiserver and etcd.
+	go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+
+.PHONY: bench
+bench: ## Benchmarks.
+	go test -run '^$$' -bench . -benchmem $$(go list ./... | grep -v /test/)
+
+##@ Demo
+
+.PHONY: demo
+demo: tools build ## Run kcp, a service cluster, broker and edge on loopback (Ctrl-C stops all).
+	go run ./test/cmd/demo --dir _demo
+
+##@ Tools
+
+.PHONY: tools
+tools: $(SERVER_TOOLS) $(PROTO_TOOLS) $(GRPCURL) ## Build the real servers and protobuf tools (cached).
+
+$(KCP): test/tools/kcp/go.mod test/tools/kcp/go.sum
+	@mkdir -p $(dir $@)
+	cd test/tools/kcp && go build -o $@.tmp \
+	  -ldflags "-X k8s.io/component-base/version.gitVersion=v1.32.3+kcp-$(KCP_VERSION) \
+	            -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=32 \
+	            -X k8s.io/client-go/pkg/version.gitVersion=v1.32.3+kcp-$(KCP_VERSION) \
+	            -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=32" \
+	  github.com/kcp-dev/kcp/cmd/kcp
+	mv $@.tmp $@
+
+$(KUBE_APISERVER): test/tools/kube-apiserver/go.mod test/tools/kube-apiserver/go.sum
+	@mkdir -p $(dir $@)
+	cd test/tools/kube-apiserver && go build -o $@.tmp \
+	  -ldflags "-X k8s.io/component-base/version.gitVersion=$(KUBE_APISERVER_VERSION) \
+	            -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36 \
+	            -X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_APISERVER_VERSION) \
+	            -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=36" \
+	  k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.tmp $@
+
+$(ETCD): test/tools/etcd/go.mod test/tools/etcd/go.sum test/tools/etcd/main.go
+	@mkdir -p $(dir $@)
+	cd test/tools/etcd && go build -o $@.tmp .
+	mv $@.tmp $@
+
+# go install verifies each tool against its own go.sum; the directory name
+# carries the version so a version bump rebuilds.
+$(BUF):
+	GOBIN=$(dir $@) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(PROTOC_GEN_GO):
+	GOBIN=$(dir $@) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(PROTOC_GEN_GO_GRPC):
+	GOBIN=$(dir $@) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(GRPCURL):
+	GOBIN=$(dir $@) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+
+.PHONY: clean
+clean: ## Remove build output and demo state (keeps the tool cache).
+	rm -rf bin _demo

@@ -1,0 +1,73 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoad(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr []string
+	}{
+		{
+			name: "valid",
+			yaml: `
+edges:
+- identity: spiffe://ferry.local/edge
+  apiExport: {workspace: "root:org", name: demo.ferry.dev}
+admins: [spiffe://ferry.local/admin]
+`,
+		},
+		{
+			name:    "unknown field is refused",
+			yaml:    "edgez: []\n",
+			wantErr: []string{"edgez"},
+		},
+		{
+			name: "all problems reported together",
+			yaml: `
+edges:
+- identity: ""
+  apiExport: {workspace: "not a path", name: "Bad_Name"}
+- identity: a
+  apiExport: {workspace: root, name: x}
+- identity: a
+  apiExport: {workspace: root, name: x}
+`,
+			wantErr: []string{"edges[0].identity is required", "edges[0].apiExport.workspace", "edges[0].apiExport.name", `edges[2].identity "a" is listed twice`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(path)
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if e, ok := c.EdgeFor("spiffe://ferry.local/edge"); !ok || e.APIExport.String() != "root:org/demo.ferry.dev" {
+					t.Errorf("EdgeFor = %+v, %v", e, ok)
+				}
+				if !c.IsAdmin("spiffe://ferry.local/admin") || c.IsAdmin("spiffe://ferry.local/edge") {
+					t.Error("IsAdmin answers wrong")
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}

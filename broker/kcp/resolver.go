@@ -1,0 +1,104 @@
+// Package kcp holds the broker's read access to kcp for the edge handshake:
+// it resolves an edge's APIExport, the logical cluster of its workspace and
+// whether the APIExport's virtual workspace is served yet.
+package kcp
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
+	"github.com/kcp-dev/logicalcluster/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/ferry-dev/ferry/broker/config"
+)
+
+// ExportState is what the broker knows about an APIExport.
+type ExportState struct {
+	// LogicalCluster is the logical cluster name of the export's workspace.
+	LogicalCluster string
+	// VirtualWorkspaceURL is the first endpoint of the export's
+	// APIExportEndpointSlice; empty until kcp serves it (it needs at least
+	// one APIBinding).
+	VirtualWorkspaceURL string
+}
+
+// NotFoundError reports that a workspace or APIExport does not exist or is
+// not visible to the broker's kcp credentials.
+type NotFoundError struct {
+	What string
+	Err  error
+}
+
+func (e *NotFoundError) Error() string { return e.What + " not found in kcp: " + e.Err.Error() }
+func (e *NotFoundError) Unwrap() error { return e.Err }
+
+// Resolver reads APIExport state from kcp. Safe for concurrent use.
+type Resolver struct {
+	client kcpclientset.ClusterInterface
+}
+
+// NewResolver builds a resolver from a kcp rest config; any /clusters/...
+// path on its host is dropped (the cluster-aware client adds its own).
+func NewResolver(cfg *rest.Config) (*Resolver, error) {
+	base := rest.CopyConfig(cfg)
+	host, err := BaseHost(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	base.Host = host
+	client, err := kcpclientset.NewForConfig(base)
+	if err != nil {
+		return nil, fmt.Errorf("cannot build kcp client: %w", err)
+	}
+	return &Resolver{client: client}, nil
+}
+
+// BaseHost strips a "/clusters/<path>" suffix from a kcp server URL.
+func BaseHost(host string) (string, error) {
+	u, err := url.Parse(host)
+	if err != nil {
+		return "", fmt.Errorf("invalid kcp server URL %q: %w", host, err)
+	}
+	if i := strings.Index(u.Path, "/clusters/"); i >= 0 {
+		u.Path = u.Path[:i]
+	}
+	return u.String(), nil
+}
+
+// Resolve checks that the APIExport exists and returns its state.
+func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (ExportState, error) {
+	path := logicalcluster.NewPath(ref.Workspace)
+
+	lc, err := r.client.Cluster(path).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return ExportState{}, &NotFoundError{What: fmt.Sprintf("workspace %q", ref.Workspace), Err: err}
+		}
+		return ExportState{}, fmt.Errorf("cannot read workspace %q: %w", ref.Workspace, err)
+	}
+	state := ExportState{LogicalCluster: logicalcluster.From(lc).String()}
+
+	if _, err := r.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, ref.Name, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return state, &NotFoundError{What: fmt.Sprintf("APIExport %s", ref), Err: err}
+		}
+		return state, fmt.Errorf("cannot read APIExport %s: %w", ref, err)
+	}
+
+	slice, err := r.client.Cluster(path).ApisV1alpha1().APIExportEndpointSlices().Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// kcp creates the slice shortly after the export; not an error.
+	case err != nil:
+		return state, fmt.Errorf("cannot read APIExportEndpointSlice %s: %w", ref, err)
+	case len(slice.Status.APIExportEndpoints) > 0:
+		state.VirtualWorkspaceURL = slice.Status.APIExportEndpoints[0].URL
+	}
+	return state, nil
+}

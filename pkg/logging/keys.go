@@ -1,0 +1,19 @@
+// Package logging holds the structured log keys used across ferry, so that
+// every component spells them the same way, and small logging adapters.
+package logging
+
+// Log keys, lowerCamel.
+const (
+	KeyIdentity        = "identity"
+	KeyAgent           = "agent"
+	KeyExport          = "apiExport"
+	KeySession         = "session"
+	KeyPeer            = "peer"
+	KeyProtocolVersion = "protocolVersion"
+	KeyAddress         = "address"
+	KeyDelay           = "delay"
+	KeyAttempt         = "attempt"
+	KeyReason          = "reason"
+	KeyHolder          = "holder"
+	KeyLogicalCluster  = "logicalCluster"
+)

@@ -1,0 +1,110 @@
+package tlsconfig
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+)
+
+// Files names the PEM files of one side of the connection.
+type Files struct {
+	// CertFile is the side's own certificate (chain), PEM.
+	CertFile string
+	// KeyFile is the private key of CertFile, PEM.
+	KeyFile string
+	// CAFile is the bundle that verifies the peer: client CAs on the broker,
+	// the broker's CA on the edge.
+	CAFile string
+}
+
+// Validate reports every missing path at once.
+func (f Files) Validate(prefix string) error {
+	var errs []error
+	if f.CertFile == "" {
+		errs = append(errs, fmt.Errorf("--%s-cert is required", prefix))
+	}
+	if f.KeyFile == "" {
+		errs = append(errs, fmt.Errorf("--%s-key is required", prefix))
+	}
+	if f.CAFile == "" {
+		errs = append(errs, fmt.Errorf("--%s-ca is required", prefix))
+	}
+	return errors.Join(errs...)
+}
+
+// Server returns the broker's TLS configuration: TLS 1.3 only, a client
+// certificate signed by CAFile is required. Certificate, key and CA bundle
+// are reloaded when their files change.
+func Server(f Files) (*tls.Config, error) {
+	keyPair, err := newReloading(parseKeyPair, f.CertFile, f.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("server certificate: %w", err)
+	}
+	clientCAs, err := newReloading(parseCAPool, f.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	base := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		NextProtos: []string{"h2"},
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cert, err := keyPair.get()
+			if err != nil {
+				return nil, err
+			}
+			pool, err := clientCAs.get()
+			if err != nil {
+				return nil, err
+			}
+			c := base.Clone()
+			c.Certificates = []tls.Certificate{*cert}
+			c.ClientCAs = pool
+			return c, nil
+		},
+	}, nil
+}
+
+// Client returns the edge's TLS configuration: TLS 1.3 only, the broker is
+// verified against CAFile (for serverName when not empty, else the dialled
+// host), and the edge presents CertFile, reloaded when the files change.
+func Client(f Files, serverName string) (*tls.Config, error) {
+	keyPair, err := newReloading(parseKeyPair, f.CertFile, f.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("client certificate: %w", err)
+	}
+	pool, err := parseCAPool([]string{f.CAFile})
+	if err != nil {
+		return nil, fmt.Errorf("broker CA: %w", err)
+	}
+	if _, err := Identity(keyPair.value.Leaf); err != nil {
+		return nil, fmt.Errorf("client certificate %s: %w", f.CertFile, err)
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		RootCAs:    pool,
+		ServerName: serverName,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return keyPair.get()
+		},
+	}, nil
+}
+
+// Identity is the identity a certificate carries: its first URI SAN, or the
+// subject common name when it has no URI SAN.
+func Identity(cert *x509.Certificate) (string, error) {
+	if cert == nil {
+		return "", errors.New("no certificate")
+	}
+	if len(cert.URIs) > 0 {
+		return cert.URIs[0].String(), nil
+	}
+	if cert.Subject.CommonName != "" {
+		return cert.Subject.CommonName, nil
+	}
+	return "", errors.New("certificate has neither a URI SAN nor a subject common name")
+}
