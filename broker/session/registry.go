@@ -11,19 +11,26 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/kcp"
 )
 
-// Session is one accepted edge stream.
-type Session struct {
+// Info describes an accepted edge stream; it does not change while the
+// stream lives.
+type Info struct {
 	ID              string
 	Identity        string
 	AgentName       string
 	EdgeVersion     string
 	Export          config.APIExportRef
-	LogicalCluster  string
+	ExportState     kcp.ExportState
 	PeerAddress     string
 	ProtocolVersion uint32
 	ConnectedAt     time.Time
+}
+
+// Session is one accepted edge stream.
+type Session struct {
+	Info
 
 	// lastSeen is the time of the last message from the edge, in Unix nanoseconds.
 	lastSeen atomic.Int64
@@ -32,13 +39,9 @@ type Session struct {
 }
 
 // NewSession returns a session; cancel must end its stream.
-func NewSession(s Session, cancel func()) *Session {
-	out := &Session{
-		ID: s.ID, Identity: s.Identity, AgentName: s.AgentName, EdgeVersion: s.EdgeVersion,
-		Export: s.Export, LogicalCluster: s.LogicalCluster, PeerAddress: s.PeerAddress,
-		ProtocolVersion: s.ProtocolVersion, ConnectedAt: s.ConnectedAt, cancel: cancel,
-	}
-	out.lastSeen.Store(s.ConnectedAt.UnixNano())
+func NewSession(info Info, cancel func()) *Session {
+	out := &Session{Info: info, cancel: cancel}
+	out.lastSeen.Store(info.ConnectedAt.UnixNano())
 	return out
 }
 

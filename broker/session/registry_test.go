@@ -12,9 +12,9 @@ import (
 func TestRegistryOneEdgePerExport(t *testing.T) {
 	r := NewRegistry()
 	export := config.APIExportRef{Workspace: "root:org", Name: "demo.ferry.dev"}
-	first := NewSession(Session{ID: "s1", Identity: "edge-a", AgentName: "a", Export: export, ConnectedAt: time.Now()}, func() {})
-	second := NewSession(Session{ID: "s2", Identity: "edge-b", AgentName: "b", Export: export, ConnectedAt: time.Now()}, func() {})
-	other := NewSession(Session{ID: "s3", Identity: "edge-c", Export: config.APIExportRef{Workspace: "root:org", Name: "other"}}, func() {})
+	first := NewSession(Info{ID: "s1", Identity: "edge-a", AgentName: "a", Export: export, ConnectedAt: time.Now()}, func() {})
+	second := NewSession(Info{ID: "s2", Identity: "edge-b", AgentName: "b", Export: export, ConnectedAt: time.Now()}, func() {})
+	other := NewSession(Info{ID: "s3", Identity: "edge-c", Export: config.APIExportRef{Workspace: "root:org", Name: "other"}}, func() {})
 
 	release, err := r.Acquire(first)
 	if err != nil {
@@ -45,7 +45,7 @@ func TestRegistryOneEdgePerExport(t *testing.T) {
 func TestRegistryCloseEndsSessions(t *testing.T) {
 	r := NewRegistry()
 	cancelled := 0
-	s := NewSession(Session{ID: "s1", Export: config.APIExportRef{Workspace: "root", Name: "x"}}, func() { cancelled++ })
+	s := NewSession(Info{ID: "s1", Export: config.APIExportRef{Workspace: "root", Name: "x"}}, func() { cancelled++ })
 	if _, err := r.Acquire(s); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestRegistryCloseEndsSessions(t *testing.T) {
 	if cancelled != 1 {
 		t.Errorf("cancel called %d times, want 1", cancelled)
 	}
-	if _, err := r.Acquire(NewSession(Session{ID: "s2"}, func() {})); !errors.Is(err, ErrClosed) {
+	if _, err := r.Acquire(NewSession(Info{ID: "s2"}, func() {})); !errors.Is(err, ErrClosed) {
 		t.Errorf("acquire after close: want ErrClosed, got %v", err)
 	}
 }

@@ -1,0 +1,84 @@
+// Command ferry-broker runs beside kcp: it holds the kcp credentials and
+// serves the gRPC endpoint that ferry edges dial. `ferry-broker dev-certs`
+// makes a development PKI.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/broker/server"
+	"github.com/ferry-dev/ferry/pkg/version"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "dev-certs" {
+		if err := runDevCerts(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-broker dev-certs: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "ferry-broker: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	opts := NewOptions()
+	fs := pflag.NewFlagSet("ferry-broker", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	completed, err := opts.Complete()
+	if err != nil {
+		return err
+	}
+	log := zap.New(zap.UseFlagOptions(&opts.Zap)).WithName("ferry-broker")
+	ctrl.SetLogger(log)
+	log.Info("starting", "version", version.String())
+
+	resolver, err := kcp.NewResolver(completed.KCP)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("cannot listen on --listen-address %s: %w", opts.ListenAddress, err)
+	}
+	srv := server.New(server.Options{
+		Config:            completed.Config,
+		TLS:               completed.TLS,
+		Resolver:          resolver,
+		HeartbeatInterval: opts.HeartbeatInterval,
+		MaxMessageBytes:   opts.MaxMessageBytes,
+		ShutdownTimeout:   opts.ShutdownTimeout,
+		Log:               log,
+	})
+	if err := srv.Serve(ctx, lis); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}

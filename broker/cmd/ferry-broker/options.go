@@ -1,0 +1,119 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
+)
+
+// Options are the broker's command-line options.
+type Options struct {
+	ListenAddress     string
+	ConfigFile        string
+	KCPKubeconfig     string
+	TLS               tlsconfig.Files
+	HeartbeatInterval time.Duration
+	MaxMessageBytes   uint32
+	ShutdownTimeout   time.Duration
+	Zap               zap.Options
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		ListenAddress:     ":9443",
+		HeartbeatInterval: protocol.DefaultHeartbeatInterval,
+		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
+		ShutdownTimeout:   10 * time.Second,
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address the gRPC server listens on.")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "Broker configuration (YAML): edge identities and the APIExport each may serve, admin identities.")
+	fs.StringVar(&o.KCPKubeconfig, "kcp-kubeconfig", o.KCPKubeconfig, "Kubeconfig with the broker's kcp credentials.")
+	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Server certificate (PEM); reloaded when the file changes.")
+	fs.StringVar(&o.TLS.KeyFile, "tls-key", o.TLS.KeyFile, "Server private key (PEM); reloaded when the file changes.")
+	fs.StringVar(&o.TLS.CAFile, "client-ca", o.TLS.CAFile, "CA bundle (PEM) that signs edge and admin client certificates; reloaded when the file changes.")
+	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to edges; a stream silent for three intervals is closed.")
+	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from an edge, in bytes.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight calls may take to finish on SIGTERM.")
+	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.Zap.BindFlags(gfs)
+	fs.AddGoFlagSet(gfs)
+}
+
+// Validate reports every problem with the options at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.ListenAddress == "" {
+		errs = append(errs, errors.New("--listen-address is required"))
+	}
+	if o.ConfigFile == "" {
+		errs = append(errs, errors.New("--config is required"))
+	}
+	if o.KCPKubeconfig == "" {
+		errs = append(errs, errors.New("--kcp-kubeconfig is required"))
+	}
+	if o.TLS.CertFile == "" {
+		errs = append(errs, errors.New("--tls-cert is required"))
+	}
+	if o.TLS.KeyFile == "" {
+		errs = append(errs, errors.New("--tls-key is required"))
+	}
+	if o.TLS.CAFile == "" {
+		errs = append(errs, errors.New("--client-ca is required"))
+	}
+	if o.HeartbeatInterval < protocol.MinHeartbeatInterval {
+		errs = append(errs, fmt.Errorf("--heartbeat-interval must be at least %s", protocol.MinHeartbeatInterval))
+	}
+	if o.MaxMessageBytes < protocol.MinMaxMessageBytes {
+		errs = append(errs, fmt.Errorf("--max-message-bytes must be at least %d", protocol.MinMaxMessageBytes))
+	}
+	if o.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Completed holds what the options point at, loaded and checked.
+type Completed struct {
+	*Options
+	Config *config.Config
+	TLS    *tls.Config
+	KCP    *rest.Config
+}
+
+// Complete loads the configuration file, the certificates and the kcp
+// kubeconfig; every failure names the file at fault.
+func (o *Options) Complete() (*Completed, error) {
+	var errs []error
+	cfg, err := config.Load(o.ConfigFile)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	tlsCfg, err := tlsconfig.Server(o.TLS)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("TLS (--tls-cert/--tls-key/--client-ca): %w", err))
+	}
+	kcpCfg, err := clientcmd.BuildConfigFromFlags("", o.KCPKubeconfig)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--kcp-kubeconfig %s: %w", o.KCPKubeconfig, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Completed{Options: o, Config: cfg, TLS: tlsCfg, KCP: kcpCfg}, nil
+}

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"context"
+	"sort"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/session"
+)
+
+// adminService implements ferry.v1alpha1.AdminService for identities listed
+// as admins in the broker configuration.
+type adminService struct {
+	ferryv1.UnimplementedAdminServiceServer
+
+	cfg      *config.Config
+	registry *session.Registry
+}
+
+var _ ferryv1.AdminServiceServer = (*adminService)(nil)
+
+func (a *adminService) ListEdges(ctx context.Context, _ *ferryv1.ListEdgesRequest) (*ferryv1.ListEdgesResponse, error) {
+	id, _, err := identityFrom(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unauthenticated, err.Error())
+	}
+	if !a.cfg.IsAdmin(id) {
+		return nil, status.Errorf(codes.PermissionDenied, "identity %q is not an admin of this broker (admins[] in the broker configuration)", id)
+	}
+	out := &ferryv1.ListEdgesResponse{}
+	for _, e := range a.cfg.Edges {
+		edge := &ferryv1.Edge{
+			Identity: e.Identity,
+			Export:   exportRef(e.APIExport),
+			State:    ferryv1.EdgeState_EDGE_STATE_DISCONNECTED,
+		}
+		if s, ok := a.registry.ForExport(e.APIExport); ok && s.Identity == e.Identity {
+			edge.State = ferryv1.EdgeState_EDGE_STATE_CONNECTED
+			edge.AgentName = s.AgentName
+			edge.SessionId = s.ID
+			edge.PeerAddress = s.PeerAddress
+			edge.ConnectedAt = timestamppb.New(s.ConnectedAt)
+			edge.LastSeen = timestamppb.New(s.LastSeen())
+			edge.ProtocolVersion = s.ProtocolVersion
+			edge.EdgeVersion = s.EdgeVersion
+			edge.ExportStatus = exportStatus(s.Export, s.ExportState)
+		}
+		out.Edges = append(out.Edges, edge)
+	}
+	sort.Slice(out.Edges, func(i, j int) bool { return out.Edges[i].Identity < out.Edges[j].Identity })
+	return out, nil
+}
+
+func exportRef(r config.APIExportRef) *ferryv1.APIExportReference {
+	return &ferryv1.APIExportReference{WorkspacePath: r.Workspace, Name: r.Name}
+}

@@ -1,0 +1,151 @@
+// Package server is the broker's gRPC server: the SyncService edges connect
+// to, the AdminService, grpc.health.v1 and server reflection, behind
+// recovery and logging interceptors, on mutually authenticated TLS 1.3.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	grpclogging "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/session"
+	"github.com/ferry-dev/ferry/pkg/logging"
+)
+
+// Options configure a Server. All fields are required.
+type Options struct {
+	// Config authorizes edge and admin identities.
+	Config *config.Config
+	// TLS is the server's TLS configuration (tlsconfig.Server).
+	TLS *tls.Config
+	// Resolver looks APIExports up in kcp.
+	Resolver ExportResolver
+	// HeartbeatInterval is the broker's heartbeat proposal.
+	HeartbeatInterval time.Duration
+	// MaxMessageBytes is the largest message the broker accepts.
+	MaxMessageBytes uint32
+	// ShutdownTimeout bounds the graceful stop.
+	ShutdownTimeout time.Duration
+	// Log receives the server's logs.
+	Log logr.Logger
+}
+
+// Server is the broker's gRPC server.
+type Server struct {
+	opts     Options
+	grpc     *grpc.Server
+	health   *health.Server
+	registry *session.Registry
+}
+
+// New builds a server; Serve runs it.
+func New(o Options) *Server {
+	registry := session.NewRegistry()
+	g := newGRPCServer(o)
+	ferryv1.RegisterSyncServiceServer(g, &syncService{
+		cfg:               o.Config,
+		registry:          registry,
+		resolver:          o.Resolver,
+		epoch:             newEpoch(),
+		heartbeatInterval: o.HeartbeatInterval,
+		maxMessageBytes:   o.MaxMessageBytes,
+		log:               o.Log.WithName("sync"),
+	})
+	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	return &Server{opts: o, grpc: g, health: hs, registry: registry}
+}
+
+// newGRPCServer returns a gRPC server with ferry's transport settings and
+// interceptors: logging outermost, so it also logs the Internal error that
+// recovery makes of a handler panic.
+func newGRPCServer(o Options) *grpc.Server {
+	logger := logging.GRPCLogger(o.Log.WithName("grpc"))
+	logOpts := []grpclogging.Option{grpclogging.WithLogOnEvents(grpclogging.StartCall, grpclogging.FinishCall)}
+	recoverOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		o.Log.Error(nil, "recovered from a panic in a gRPC handler", "panic", p)
+		return status.Error(codes.Internal, "internal error in the broker (logged)")
+	})}
+	return grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(o.TLS)),
+		grpc.MaxRecvMsgSize(int(o.MaxMessageBytes)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(
+			grpclogging.UnaryServerInterceptor(logger, logOpts...),
+			recovery.UnaryServerInterceptor(recoverOpts...),
+		),
+		grpc.ChainStreamInterceptor(
+			grpclogging.StreamServerInterceptor(logger, logOpts...),
+			recovery.StreamServerInterceptor(recoverOpts...),
+		),
+	)
+}
+
+// Serve accepts connections on lis until ctx ends, then shuts down: health
+// turns NOT_SERVING, edge streams end with UNAVAILABLE (edges reconnect
+// elsewhere or later), and in-flight calls get ShutdownTimeout to finish.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(ferryv1.SyncService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.opts.Log.Info("broker serving", logging.KeyAddress, lis.Addr().String())
+
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(lis) }()
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.opts.Log.Info("broker shutting down")
+	s.health.Shutdown()
+	s.registry.Close()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(s.opts.ShutdownTimeout):
+		s.opts.Log.Info("graceful stop timed out; closing remaining connections")
+		s.grpc.Stop()
+		<-stopped
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// newEpoch returns a random non-zero broker epoch.
+func newEpoch() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
+			return e
+		}
+	}
+}

@@ -1,0 +1,251 @@
+// Package client is the edge's side of the edge ↔ broker link: it dials the
+// broker over mutually authenticated TLS, runs the handshake, keeps the
+// stream alive with heartbeats and reconnects with exponential backoff and
+// full jitter whenever the stream or the connection ends.
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/backoff"
+	"github.com/ferry-dev/ferry/pkg/link"
+	"github.com/ferry-dev/ferry/pkg/logging"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/version"
+)
+
+// Options configure a Client. All fields are required unless noted.
+type Options struct {
+	// BrokerAddress is host:port of the broker.
+	BrokerAddress string
+	// TLS is the client TLS configuration (tlsconfig.Client).
+	TLS *tls.Config
+	// AgentName is sent in the hello; a DNS label.
+	AgentName string
+	// HeartbeatInterval is the edge's heartbeat proposal.
+	HeartbeatInterval time.Duration
+	// MaxMessageBytes is the largest message the edge accepts.
+	MaxMessageBytes uint32
+	// Backoff paces reconnects; Reset after every accepted handshake.
+	Backoff *backoff.Exponential
+	// StableAfter is how long a stream must last before a later failure
+	// starts the backoff from the beginning again. Optional.
+	StableAfter time.Duration
+	// Log receives the client's logs.
+	Log logr.Logger
+}
+
+// Client keeps one stream to the broker open. Run it once.
+type Client struct {
+	opts Options
+}
+
+// New returns a client.
+func New(o Options) *Client { return &Client{opts: o} }
+
+// Run connects and reconnects until ctx ends; it returns nil then.
+func (c *Client) Run(ctx context.Context) error {
+	log := c.opts.Log
+	for attempt := 1; ; attempt++ {
+		started := time.Now()
+		accepted, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if accepted && time.Since(started) >= c.opts.StableAfter {
+			c.opts.Backoff.Reset()
+			attempt = 1
+		}
+		delay := c.opts.Backoff.Next()
+		logStreamEnd(log, err, delay, attempt)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
+}
+
+// logStreamEnd logs why a stream ended, loudly when an operator must act.
+func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) {
+	kv := []any{logging.KeyDelay, delay.Round(time.Millisecond).String(), logging.KeyAttempt, attempt}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.InvalidArgument:
+		log.Error(err, "broker refused this edge; retrying", kv...)
+	default:
+		log.Info("stream to broker ended; reconnecting", append(kv, logging.KeyReason, errorText(err))...)
+	}
+}
+
+// session dials, runs one stream to its end and reports whether the broker
+// accepted the handshake. Each session has its own connection, so a
+// reconnect re-reads rotated certificates and follows the backoff above
+// rather than gRPC's internal one.
+func (c *Client) session(ctx context.Context) (accepted bool, err error) {
+	conn, err := grpc.NewClient(c.opts.BrokerAddress,
+		grpc.WithTransportCredentials(credentials.NewTLS(c.opts.TLS)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
+	)
+	if err != nil {
+		return false, fmt.Errorf("invalid broker address %q: %w", c.opts.BrokerAddress, err)
+	}
+	defer conn.Close()
+
+	streamCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := ferryv1.NewSyncServiceClient(conn).Connect(streamCtx)
+	if err != nil {
+		return false, err
+	}
+	err = stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Hello{Hello: &ferryv1.EdgeHello{
+		ProtocolVersion:        protocol.Version,
+		Capabilities:           protocol.Capabilities(),
+		AgentName:              c.opts.AgentName,
+		MaxReceiveMessageBytes: c.opts.MaxMessageBytes,
+		HeartbeatInterval:      durationpb.New(c.opts.HeartbeatInterval),
+		EdgeVersion:            version.String(),
+	}}})
+	if err != nil {
+		return false, streamError(stream, err)
+	}
+	r := link.Receive(streamCtx, stream.Recv)
+	hello, err := receiveHello(r)
+	if err != nil {
+		return false, err
+	}
+	if _, err := protocol.NegotiateVersion(hello.GetProtocolVersion()); err != nil {
+		return false, fmt.Errorf("broker answered with an unusable protocol version: %w", err)
+	}
+	interval := max(hello.GetHeartbeatInterval().AsDuration(), protocol.MinHeartbeatInterval)
+	export := hello.GetExport()
+	c.opts.Log.Info("connected to broker",
+		logging.KeySession, hello.GetSessionId(),
+		logging.KeyIdentity, hello.GetIdentity(),
+		logging.KeyExport, export.GetExport().GetWorkspacePath()+"/"+export.GetExport().GetName(),
+		logging.KeyLogicalCluster, export.GetLogicalCluster(),
+		logging.KeyProtocolVersion, hello.GetProtocolVersion(),
+		"virtualWorkspaceReady", export.GetVirtualWorkspaceReady(),
+		"waitingFor", export.GetWaitingFor())
+
+	return true, c.serve(streamCtx, stream, r, interval)
+}
+
+func receiveHello(r link.Receiver[*ferryv1.ConnectResponse]) (*ferryv1.BrokerHello, error) {
+	timeout := time.NewTimer(protocol.HandshakeTimeout)
+	defer timeout.Stop()
+	select {
+	case msg := <-r.C:
+		if h := msg.GetHello(); h != nil {
+			return h, nil
+		}
+		return nil, fmt.Errorf("protocol error: the broker's first message is %T, not a BrokerHello", msg.GetMessage())
+	case err := <-r.Err:
+		return nil, err
+	case <-timeout.C:
+		return nil, fmt.Errorf("no BrokerHello within %s", protocol.HandshakeTimeout)
+	}
+}
+
+// serve runs an accepted stream until it fails or ctx ends.
+func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectClient,
+	r link.Receiver[*ferryv1.ConnectResponse], interval time.Duration,
+) error {
+	clock := link.NewClock(interval, protocol.DeadAfter(interval))
+	defer clock.Stop()
+	var beats uint64
+	for {
+		select {
+		case <-ctx.Done():
+			_ = stream.CloseSend()
+			return ctx.Err()
+		case err := <-r.Err:
+			if errors.Is(err, io.EOF) {
+				return errors.New("broker closed the stream")
+			}
+			return err
+		case msg := <-r.C:
+			clock.Received()
+			if err := c.handle(msg); err != nil {
+				return err
+			}
+		case <-clock.Beat:
+			beats++
+			err := stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Heartbeat{Heartbeat: &ferryv1.Heartbeat{
+				SentAt: timestamppb.Now(), Sequence: beats,
+			}}})
+			if err != nil {
+				return sendFailed(r, err)
+			}
+		case <-clock.Dead:
+			return fmt.Errorf("no message from the broker for %s", protocol.DeadAfter(interval))
+		}
+	}
+}
+
+// handle processes one broker message. Messages of features this edge does
+// not implement yet end the stream, so the broker never believes they were
+// applied.
+func (c *Client) handle(msg *ferryv1.ConnectResponse) error {
+	switch m := msg.GetMessage().(type) {
+	case *ferryv1.ConnectResponse_Heartbeat:
+		return nil
+	case *ferryv1.ConnectResponse_ExportStatus:
+		c.opts.Log.Info("APIExport status changed", "logicalCluster", m.ExportStatus.GetLogicalCluster(),
+			"virtualWorkspaceReady", m.ExportStatus.GetVirtualWorkspaceReady(), "waitingFor", m.ExportStatus.GetWaitingFor())
+		return nil
+	case *ferryv1.ConnectResponse_Hello:
+		return errors.New("protocol error: the broker sent a second BrokerHello")
+	case nil:
+		return errors.New("protocol error: broker message without payload")
+	default:
+		return fmt.Errorf("protocol error: this edge does not handle %T yet", m)
+	}
+}
+
+// streamError turns a failed Send into the stream's real status: gRPC
+// reports io.EOF from Send when the server ended the stream, and the reason
+// is only available from Recv. Only for a stream nobody else reads.
+func streamError(stream ferryv1.SyncService_ConnectClient, err error) error {
+	if errors.Is(err, io.EOF) {
+		if _, rerr := stream.Recv(); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+// sendFailed is streamError for a stream whose Recv is owned by r.
+func sendFailed(r link.Receiver[*ferryv1.ConnectResponse], err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	select {
+	case rerr := <-r.Err:
+		return rerr
+	case <-time.After(protocol.HandshakeTimeout):
+		return err
+	}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return "stream ended"
+	}
+	return err.Error()
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
+)
+
+// Options are the edge's command-line options.
+type Options struct {
+	BrokerAddress     string
+	BrokerServerName  string
+	TLS               tlsconfig.Files
+	AgentName         string
+	Kubeconfig        string
+	HeartbeatInterval time.Duration
+	MaxMessageBytes   uint32
+	BackoffInitial    time.Duration
+	BackoffMax        time.Duration
+	Zap               zap.Options
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		HeartbeatInterval: protocol.DefaultHeartbeatInterval,
+		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
+		BackoffInitial:    250 * time.Millisecond,
+		BackoffMax:        5 * time.Second,
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.BrokerAddress, "broker-address", o.BrokerAddress, "host:port of the ferry broker.")
+	fs.StringVar(&o.BrokerServerName, "broker-server-name", o.BrokerServerName, "Name expected in the broker's certificate; defaults to the host of --broker-address.")
+	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Client certificate (PEM); its URI SAN (or CN) is the edge's identity. Reloaded on reconnect when the file changes.")
+	fs.StringVar(&o.TLS.KeyFile, "tls-key", o.TLS.KeyFile, "Client private key (PEM).")
+	fs.StringVar(&o.TLS.CAFile, "broker-ca", o.TLS.CAFile, "CA bundle (PEM) that signs the broker's certificate.")
+	fs.StringVar(&o.AgentName, "agent-name", o.AgentName, "Name of this edge (a DNS label), shown at the broker.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the service cluster; in-cluster configuration when empty.")
+	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to the broker; a stream silent for three intervals is closed.")
+	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from the broker, in bytes.")
+	fs.DurationVar(&o.BackoffInitial, "reconnect-initial-delay", o.BackoffInitial, "Upper bound of the first reconnect delay (full jitter).")
+	fs.DurationVar(&o.BackoffMax, "reconnect-max-delay", o.BackoffMax, "Upper bound of any reconnect delay (full jitter).")
+	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.Zap.BindFlags(gfs)
+	fs.AddGoFlagSet(gfs)
+}
+
+// Validate reports every problem with the options at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.BrokerAddress == "" {
+		errs = append(errs, errors.New("--broker-address is required"))
+	}
+	if o.TLS.CertFile == "" {
+		errs = append(errs, errors.New("--tls-cert is required"))
+	}
+	if o.TLS.KeyFile == "" {
+		errs = append(errs, errors.New("--tls-key is required"))
+	}
+	if o.TLS.CAFile == "" {
+		errs = append(errs, errors.New("--broker-ca is required"))
+	}
+	if msgs := validation.IsDNS1123Label(o.AgentName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--agent-name %q must be a DNS label: %v", o.AgentName, msgs))
+	}
+	if o.HeartbeatInterval < protocol.MinHeartbeatInterval {
+		errs = append(errs, fmt.Errorf("--heartbeat-interval must be at least %s", protocol.MinHeartbeatInterval))
+	}
+	if o.MaxMessageBytes < protocol.MinMaxMessageBytes {
+		errs = append(errs, fmt.Errorf("--max-message-bytes must be at least %d", protocol.MinMaxMessageBytes))
+	}
+	if o.BackoffInitial <= 0 || o.BackoffMax < o.BackoffInitial {
+		errs = append(errs, errors.New("--reconnect-initial-delay must be positive and at most --reconnect-max-delay"))
+	}
+	return errors.Join(errs...)
+}
+
+// Completed holds what the options point at, loaded and checked.
+type Completed struct {
+	*Options
+	TLS     *tls.Config
+	Service *rest.Config
+}
+
+// Complete loads the certificates and the service cluster's kubeconfig.
+func (o *Options) Complete() (*Completed, error) {
+	var errs []error
+	tlsCfg, err := tlsconfig.Client(o.TLS, o.BrokerServerName)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("TLS (--tls-cert/--tls-key/--broker-ca): %w", err))
+	}
+	svc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("service cluster kubeconfig (--kubeconfig %q): %w", o.Kubeconfig, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Completed{Options: o, TLS: tlsCfg, Service: svc}, nil
+}
