@@ -86,7 +86,7 @@ test-unit: ## Unit tests (no servers).
 
 .PHONY: test-e2e
 test-e2e: tools build-race ## End-to-end tests against real kcp, kube-apiserver and etcd.
-	go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+	FERRY_ARTIFACTS=$(CURDIR)/_artifacts go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: bench
 bench: ## Benchmarks.
@@ -96,7 +96,8 @@ bench: ## Benchmarks.
 
 .PHONY: demo
 demo: tools build ## Run kcp, a service cluster, broker and edge on loopback (Ctrl-C stops all).
-	go run ./test/cmd/demo --dir _demo
+	go build -o bin/ferry-demo ./test/cmd/demo
+	bin/ferry-demo --dir _demo
 
 ##@ Tools
 
@@ -141,4 +142,4 @@ $(GRPCURL):
 
 .PHONY: clean
 clean: ## Remove build output and demo state (keeps the tool cache).
-	rm -rf bin _demo
+	rm -rf bin _demo _artifacts

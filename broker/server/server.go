@@ -81,7 +81,7 @@ func New(o Options) *Server {
 // recovery makes of a handler panic.
 func newGRPCServer(o Options) *grpc.Server {
 	logger := logging.GRPCLogger(o.Log.WithName("grpc"))
-	logOpts := []grpclogging.Option{grpclogging.WithLogOnEvents(grpclogging.StartCall, grpclogging.FinishCall)}
+	logOpts := []grpclogging.Option{grpclogging.WithLogOnEvents(grpclogging.FinishCall)}
 	recoverOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		o.Log.Error(nil, "recovered from a panic in a gRPC handler", "panic", p)
 		return status.Error(codes.Internal, "internal error in the broker (logged)")

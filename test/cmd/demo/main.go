@@ -1,0 +1,198 @@
+// Command demo runs ferry on loopback with everything it needs: kcp, a
+// service cluster (kube-apiserver + etcd), a development PKI, an APIExport in
+// root:demo-provider, ferry-broker and ferry-edge. It writes DIR/env and
+// runs until Ctrl-C or SIGTERM, then stops every process it started.
+// Start it with `make demo`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/test/framework"
+)
+
+const (
+	providerWorkspace = "demo-provider"
+	exportName        = "demo.ferry.dev"
+)
+
+func main() {
+	// Stop everything also when the parent (make, a shell) is killed
+	// without signalling the demo itself.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: cannot set parent-death signal: %v\n", err)
+	}
+	dir := flag.String("dir", "_demo", "Directory for the demo's state, logs and env file (wiped at start).")
+	flag.Parse()
+	if err := run(*dir); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// stack stops what was started, newest first.
+type stack []func() error
+
+func (s *stack) push(f func() error) { *s = append(*s, f) }
+
+func (s stack) stopAll() error {
+	var errs []error
+	for i := len(s) - 1; i >= 0; i-- {
+		errs = append(errs, s[i]())
+	}
+	return errors.Join(errs...)
+}
+
+func run(dir string) (err error) {
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	bins, err := framework.BinariesFromEnv()
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	logDir := filepath.Join(dir, "logs")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var started stack
+	defer func() {
+		fmt.Println("stopping everything...")
+		if serr := started.stopAll(); serr != nil {
+			fmt.Fprintf(os.Stderr, "demo: while stopping: %v\n", serr)
+		}
+	}()
+
+	step("starting kcp (about 30 s on a cold start)")
+	kcp, err := framework.StartKCP(ctx, bins.KCP, filepath.Join(dir, "kcp"), logDir)
+	if err != nil {
+		return err
+	}
+	started.push(func() error { return kcp.Stop(30 * time.Second) })
+
+	step("starting the service cluster (etcd + kube-apiserver)")
+	svc, err := framework.StartServiceCluster(ctx, bins, "service", filepath.Join(dir, "service"), logDir)
+	if err != nil {
+		return err
+	}
+	started.push(svc.Stop)
+
+	step("creating workspace root:" + providerWorkspace + " and APIExport " + exportName)
+	provider, err := framework.CreateWorkspace(ctx, kcp.Config, "root", providerWorkspace)
+	if err != nil {
+		return err
+	}
+	if err := framework.CreateAPIExport(ctx, kcp.Config, provider, exportName); err != nil {
+		return err
+	}
+
+	step("making a development PKI")
+	pkiDir := filepath.Join(dir, "pki")
+	if err := framework.MakePKI(ctx, bins, pkiDir, "edge", "admin"); err != nil {
+		return err
+	}
+
+	step("starting ferry-broker")
+	edgeIdentity := devpki.IdentityFor("edge")
+	broker, err := framework.StartBroker(ctx, bins, framework.BrokerOptions{
+		Dir: dir, LogDir: logDir, PKIDir: pkiDir, KCPKubeconfig: kcp.Kubeconfig,
+		Config: config.Config{
+			Edges: []config.Edge{{
+				Identity:  edgeIdentity,
+				APIExport: config.APIExportRef{Workspace: provider.String(), Name: exportName},
+			}},
+			Admins: []string{devpki.IdentityFor("admin")},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	started.push(func() error { return broker.Stop(20 * time.Second) })
+
+	step("starting ferry-edge")
+	edgeOpts := framework.EdgeOptionsFor(pkiDir, "edge")
+	edgeOpts.Name, edgeOpts.LogDir, edgeOpts.BrokerAddress, edgeOpts.Kubeconfig = "edge", logDir, broker.Address, svc.Kubeconfig
+	edge, err := framework.StartEdge(bins, edgeOpts)
+	if err != nil {
+		return err
+	}
+	started.push(func() error { return edge.Stop(20 * time.Second) })
+
+	conn, err := framework.DialBroker(broker.Address, pkiDir, "admin")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := framework.WaitEdgeState(ctx, conn, edgeIdentity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
+		return fmt.Errorf("edge did not connect (logs in %s): %w", logDir, err)
+	}
+
+	envFile := filepath.Join(dir, "env")
+	env := fmt.Sprintf(`export KCP_KUBECONFIG=%q
+export SERVICE_KUBECONFIG=%q
+export BROKER_ADDR=%q
+export FERRY_CA=%q
+export FERRY_EDGE_CERT=%q
+export FERRY_EDGE_KEY=%q
+export FERRY_ADMIN_CERT=%q
+export FERRY_ADMIN_KEY=%q
+export GRPCURL=%q
+`, kcp.Kubeconfig, svc.Kubeconfig, broker.Address,
+		filepath.Join(pkiDir, devpki.CACertFile),
+		devpki.CertFile(pkiDir, "edge"), devpki.KeyFile(pkiDir, "edge"),
+		devpki.CertFile(pkiDir, "admin"), devpki.KeyFile(pkiDir, "admin"),
+		bins.Grpcurl)
+	if err := os.WriteFile(envFile, []byte(env), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf(`
+ferry demo is running; the edge is connected to the broker.
+
+In another shell:
+  source %[1]s
+
+  # health and services, with the edge's client certificate
+  $GRPCURL -cacert $FERRY_CA -cert $FERRY_EDGE_CERT -key $FERRY_EDGE_KEY $BROKER_ADDR grpc.health.v1.Health/Check
+  $GRPCURL -cacert $FERRY_CA -cert $FERRY_EDGE_CERT -key $FERRY_EDGE_KEY $BROKER_ADDR list
+
+  # the broker's view of its edges, with the admin certificate
+  $GRPCURL -cacert $FERRY_CA -cert $FERRY_ADMIN_CERT -key $FERRY_ADMIN_KEY $BROKER_ADDR ferry.v1alpha1.AdminService/ListEdges
+
+  # kcp and the service cluster
+  kubectl --kubeconfig $KCP_KUBECONFIG --server "$(kubectl --kubeconfig $KCP_KUBECONFIG config view --minify -o jsonpath='{.clusters[0].cluster.server}' | sed 's#/clusters/.*##')/clusters/root:%[2]s" get apiexports
+  kubectl --kubeconfig $SERVICE_KUBECONFIG get namespaces
+
+Logs: %[3]s
+Press Ctrl-C to stop.
+`, envFile, providerWorkspace, logDir)
+
+	select {
+	case <-ctx.Done():
+	case <-broker.Exited():
+		return fmt.Errorf("ferry-broker exited: %v (log %s)", broker.ExitErr(), broker.LogFile)
+	case <-edge.Exited():
+		return fmt.Errorf("ferry-edge exited: %v (log %s)", edge.ExitErr(), edge.LogFile)
+	case <-kcp.Exited():
+		return fmt.Errorf("kcp exited: %v (log %s)", kcp.ExitErr(), kcp.LogFile)
+	}
+	return nil
+}
+
+func step(msg string) { fmt.Println("==> " + msg) }

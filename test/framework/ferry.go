@@ -1,0 +1,206 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
+)
+
+// MakePKI runs `ferry-broker dev-certs` to create (or extend) a development
+// PKI in dir with client certificates for clients.
+func MakePKI(ctx context.Context, bins Binaries, dir string, clients ...string) error {
+	args := []string{"dev-certs", "--dir", dir}
+	for _, c := range clients {
+		args = append(args, "--client", c)
+	}
+	out, err := exec.CommandContext(ctx, bins.Broker, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ferry-broker dev-certs: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// BrokerOptions configure StartBroker.
+type BrokerOptions struct {
+	// Name prefixes the log file; default "broker".
+	Name string
+	// Dir holds the broker's configuration file.
+	Dir string
+	// LogDir receives the log.
+	LogDir string
+	// PKIDir holds ca.crt and broker.crt/key (MakePKI).
+	PKIDir string
+	// KCPKubeconfig is the broker's kcp credentials.
+	KCPKubeconfig string
+	// Config is written as the broker's configuration file.
+	Config config.Config
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+}
+
+// Broker is a running ferry-broker.
+type Broker struct {
+	*Process
+	Opts    BrokerOptions
+	Address string
+	bin     string
+}
+
+// StartBroker writes the configuration, starts ferry-broker and waits until
+// its health service answers SERVING.
+func StartBroker(ctx context.Context, bins Binaries, o BrokerOptions) (*Broker, error) {
+	if o.Name == "" {
+		o.Name = "broker"
+	}
+	if o.Port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		o.Port = p
+	}
+	data, err := yaml.Marshal(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	cfgFile := filepath.Join(o.Dir, o.Name+"-config.yaml")
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cfgFile, data, 0o600); err != nil {
+		return nil, err
+	}
+	b := &Broker{Opts: o, Address: "127.0.0.1:" + strconv.Itoa(o.Port), bin: bins.Broker}
+	args := append([]string{
+		"--listen-address", b.Address,
+		"--config", cfgFile,
+		"--kcp-kubeconfig", o.KCPKubeconfig,
+		"--tls-cert", devpki.CertFile(o.PKIDir, "broker"),
+		"--tls-key", devpki.KeyFile(o.PKIDir, "broker"),
+		"--client-ca", filepath.Join(o.PKIDir, devpki.CACertFile),
+	}, o.ExtraArgs...)
+	b.Process, err = StartProcess(o.Name, bins.Broker, args, nil, o.LogDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.waitServing(ctx); err != nil {
+		_ = b.Stop(10 * time.Second)
+		return nil, err
+	}
+	return b, nil
+}
+
+// Restart stops the broker (SIGKILL when kill is true, else SIGTERM) and
+// starts it again on the same address.
+func (b *Broker) Restart(ctx context.Context, kill bool) error {
+	if kill {
+		b.Kill()
+	} else if err := b.Stop(20 * time.Second); err != nil {
+		return err
+	}
+	args := b.cmd.Args[1:]
+	p, err := StartProcess(b.Opts.Name, b.bin, args, nil, b.Opts.LogDir)
+	if err != nil {
+		return err
+	}
+	b.Process = p
+	return b.waitServing(ctx)
+}
+
+func (b *Broker) waitServing(ctx context.Context) error {
+	conn, err := DialBroker(b.Address, b.Opts.PKIDir, "admin")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	err = Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, string) {
+		select {
+		case <-b.Exited():
+			return false, fmt.Sprintf("ferry-broker exited: %v", b.ExitErr())
+		default:
+		}
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return false, "health is " + resp.GetStatus().String()
+		}
+		return true, ""
+	})
+	if err != nil {
+		return fmt.Errorf("ferry-broker not serving (log %s): %w", b.LogFile, err)
+	}
+	return nil
+}
+
+// DialBroker returns a client connection to the broker authenticated with
+// the client certificate called client in pkiDir.
+func DialBroker(address, pkiDir, client string) (*grpc.ClientConn, error) {
+	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{
+		CertFile: devpki.CertFile(pkiDir, client),
+		KeyFile:  devpki.KeyFile(pkiDir, client),
+		CAFile:   filepath.Join(pkiDir, devpki.CACertFile),
+	}, "")
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+}
+
+// EdgeOptions configure StartEdge.
+type EdgeOptions struct {
+	// Name is the log file name and the agent name.
+	Name string
+	// LogDir receives the log.
+	LogDir string
+	// BrokerAddress is host:port of the broker.
+	BrokerAddress string
+	// CAFile verifies the broker.
+	CAFile string
+	// CertFile and KeyFile are the edge's client certificate.
+	CertFile, KeyFile string
+	// Kubeconfig is the service cluster's.
+	Kubeconfig string
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+}
+
+// EdgeOptionsFor fills the certificate paths for client from pkiDir.
+func EdgeOptionsFor(pkiDir, client string) EdgeOptions {
+	return EdgeOptions{
+		CAFile:   filepath.Join(pkiDir, devpki.CACertFile),
+		CertFile: devpki.CertFile(pkiDir, client),
+		KeyFile:  devpki.KeyFile(pkiDir, client),
+	}
+}
+
+// StartEdge starts ferry-edge. It does not wait for the connection: tests
+// observe it at the broker.
+func StartEdge(bins Binaries, o EdgeOptions) (*Process, error) {
+	args := append([]string{
+		"--broker-address", o.BrokerAddress,
+		"--broker-ca", o.CAFile,
+		"--tls-cert", o.CertFile,
+		"--tls-key", o.KeyFile,
+		"--agent-name", o.Name,
+		"--kubeconfig", o.Kubeconfig,
+	}, o.ExtraArgs...)
+	return StartProcess(o.Name, bins.Edge, args, nil, o.LogDir)
+}

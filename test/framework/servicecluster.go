@@ -1,0 +1,160 @@
+package framework
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ferry-dev/ferry/pkg/devpki"
+)
+
+// ServiceCluster is a Kubernetes API server (kube-apiserver on etcd) that
+// plays the service cluster.
+type ServiceCluster struct {
+	Etcd      *Process
+	APIServer *Process
+	// Kubeconfig authenticates as a cluster admin.
+	Kubeconfig string
+	Config     *rest.Config
+}
+
+// StartServiceCluster starts etcd and kube-apiserver with their state in dir
+// and waits until the API server is ready. name prefixes the log files.
+func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir string) (*ServiceCluster, error) {
+	pkiDir := filepath.Join(dir, "pki")
+	ca, err := devpki.LoadOrCreateCA(pkiDir, name+" service cluster CA")
+	if err != nil {
+		return nil, err
+	}
+	if err := ca.IssueServer(pkiDir, "apiserver", []string{"127.0.0.1", "localhost"}); err != nil {
+		return nil, err
+	}
+	saKey := filepath.Join(pkiDir, "service-account.key")
+	if err := writeECKey(saKey); err != nil {
+		return nil, err
+	}
+	token, err := randomHex(16)
+	if err != nil {
+		return nil, err
+	}
+	tokenFile := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(token+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	var ports [3]int
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	etcdClient := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	etcd, err := StartProcess(name+"-etcd", bins.Etcd, []string{
+		"--name", "default",
+		"--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
+		"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
+		"--initial-cluster", "default=" + etcdPeer,
+		"--unsafe-no-fsync",
+	}, nil, logDir)
+	if err != nil {
+		return nil, err
+	}
+	apiPort := strconv.Itoa(ports[2])
+	api, err := StartProcess(name+"-kube-apiserver", bins.KubeAPIServer, []string{
+		"--etcd-servers", etcdClient,
+		"--bind-address", "127.0.0.1",
+		"--advertise-address", "127.0.0.1",
+		"--secure-port", apiPort,
+		"--tls-cert-file", devpki.CertFile(pkiDir, "apiserver"),
+		"--tls-private-key-file", devpki.KeyFile(pkiDir, "apiserver"),
+		"--token-auth-file", tokenFile,
+		"--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://127.0.0.1:" + apiPort,
+		"--service-account-key-file", saKey,
+		"--service-account-signing-key-file", saKey,
+		"--service-cluster-ip-range", "10.0.0.0/24",
+		"--disable-admission-plugins", "ServiceAccount",
+		"--allow-privileged",
+	}, nil, logDir)
+	if err != nil {
+		_ = etcd.Stop(10 * time.Second)
+		return nil, err
+	}
+	sc := &ServiceCluster{Etcd: etcd, APIServer: api, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
+
+	caPEM, err := os.ReadFile(filepath.Join(pkiDir, devpki.CACertFile))
+	if err != nil {
+		sc.Stop()
+		return nil, err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["service"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:" + apiPort, CertificateAuthorityData: caPEM}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["service"] = &clientcmdapi.Context{Cluster: "service", AuthInfo: "admin"}
+	kc.CurrentContext = "service"
+	if err := clientcmd.WriteToFile(*kc, sc.Kubeconfig); err != nil {
+		sc.Stop()
+		return nil, err
+	}
+	if sc.Config, err = clientcmd.BuildConfigFromFlags("", sc.Kubeconfig); err != nil {
+		sc.Stop()
+		return nil, err
+	}
+	err = Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+		for _, p := range []*Process{etcd, api} {
+			select {
+			case <-p.Exited():
+				return false, fmt.Sprintf("%s exited: %v (log %s)", p.Name, p.ExitErr(), p.LogFile)
+			default:
+			}
+		}
+		return readyz(ctx, sc.Config)
+	})
+	if err != nil {
+		sc.Stop()
+		return nil, fmt.Errorf("service cluster did not become ready (logs %s, %s): %w", api.LogFile, etcd.LogFile, err)
+	}
+	return sc, nil
+}
+
+// Stop stops kube-apiserver before etcd (the other order leaves
+// kube-apiserver hanging on its storage).
+func (sc *ServiceCluster) Stop() error {
+	return errors.Join(sc.APIServer.Stop(20*time.Second), sc.Etcd.Stop(10*time.Second))
+}
+
+func writeECKey(path string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

@@ -1,0 +1,77 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
+	tenancyv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/tenancy/v1alpha1"
+	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
+	"github.com/kcp-dev/logicalcluster/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/ferry-dev/ferry/broker/kcp"
+)
+
+// KCPClient returns a cluster-aware kcp clientset for cfg's server.
+func KCPClient(cfg *rest.Config) (kcpclientset.ClusterInterface, error) {
+	c := rest.CopyConfig(cfg)
+	host, err := kcp.BaseHost(c.Host)
+	if err != nil {
+		return nil, err
+	}
+	c.Host = host
+	return kcpclientset.NewForConfig(c)
+}
+
+// CreateWorkspace creates a universal workspace name under parent (e.g.
+// "root") unless it exists, waits until it is ready and returns its path.
+func CreateWorkspace(ctx context.Context, cfg *rest.Config, parent, name string) (logicalcluster.Path, error) {
+	client, err := KCPClient(cfg)
+	if err != nil {
+		return logicalcluster.Path{}, err
+	}
+	parentPath := logicalcluster.NewPath(parent)
+	ws := &tenancyv1alpha1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: tenancyv1alpha1.WorkspaceSpec{Type: &tenancyv1alpha1.WorkspaceTypeReference{
+			Name: "universal", Path: "root",
+		}},
+	}
+	_, err = client.Cluster(parentPath).TenancyV1alpha1().Workspaces().Create(ctx, ws, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return logicalcluster.Path{}, fmt.Errorf("cannot create workspace %s:%s: %w", parent, name, err)
+	}
+	err = Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+		got, err := client.Cluster(parentPath).TenancyV1alpha1().Workspaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if got.Status.Phase != "Ready" {
+			return false, fmt.Sprintf("workspace phase is %q", got.Status.Phase)
+		}
+		return true, ""
+	})
+	if err != nil {
+		return logicalcluster.Path{}, fmt.Errorf("workspace %s:%s: %w", parent, name, err)
+	}
+	return parentPath.Join(name), nil
+}
+
+// CreateAPIExport creates an empty APIExport name in the workspace at path
+// unless it exists.
+func CreateAPIExport(ctx context.Context, cfg *rest.Config, path logicalcluster.Path, name string) error {
+	client, err := KCPClient(cfg)
+	if err != nil {
+		return err
+	}
+	export := &apisv1alpha2.APIExport{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	_, err = client.Cluster(path).ApisV1alpha2().APIExports().Create(ctx, export, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cannot create APIExport %s in %s: %w", name, path, err)
+	}
+	return nil
+}
