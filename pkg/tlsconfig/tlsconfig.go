@@ -18,21 +18,6 @@ type Files struct {
 	CAFile string
 }
 
-// Validate reports every missing path at once.
-func (f Files) Validate(prefix string) error {
-	var errs []error
-	if f.CertFile == "" {
-		errs = append(errs, fmt.Errorf("--%s-cert is required", prefix))
-	}
-	if f.KeyFile == "" {
-		errs = append(errs, fmt.Errorf("--%s-key is required", prefix))
-	}
-	if f.CAFile == "" {
-		errs = append(errs, fmt.Errorf("--%s-ca is required", prefix))
-	}
-	return errors.Join(errs...)
-}
-
 // Server returns the broker's TLS configuration: TLS 1.3 only, a client
 // certificate signed by CAFile is required. Certificate, key and CA bundle
 // are reloaded when their files change.
