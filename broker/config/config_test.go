@@ -71,3 +71,13 @@ edges:
 		})
 	}
 }
+
+func TestExampleConfigIsValid(t *testing.T) {
+	c, err := Load("../../deploy/broker/config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Edges) == 0 || len(c.Admins) == 0 {
+		t.Fatalf("example configuration lost its content: %+v", c)
+	}
+}

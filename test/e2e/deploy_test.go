@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+)
+
+// TestEdgeManifestIsAccepted applies deploy/edge/edge.yaml to the real
+// service cluster: the namespace for real, everything else as a server-side
+// dry run, so schema or validation mistakes in the manifest fail here.
+func TestEdgeManifestIsAccepted(t *testing.T) {
+	ctx := context.Background()
+	f, err := os.Open("../../deploy/edge/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	dc, err := discovery.NewDiscoveryClientForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	applied := 0
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s: %v", gvk, err)
+		}
+		ri := dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+		opts := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}
+		if gvk.Kind == "Namespace" {
+			opts.DryRun = nil // namespaced objects need it to exist
+			t.Cleanup(func() {
+				_ = dyn.Resource(m.Resource).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
+			})
+		}
+		if _, err := ri.Create(ctx, &obj, opts); err != nil {
+			t.Errorf("%s %s/%s rejected: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+		applied++
+	}
+	if applied != 3 {
+		t.Errorf("applied %d objects, want 3 (Namespace, ServiceAccount, Deployment)", applied)
+	}
+}
