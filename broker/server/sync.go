@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
@@ -166,7 +165,6 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 ) error {
 	clock := link.NewClock(interval, protocol.DeadAfter(interval))
 	defer clock.Stop()
-	var beats uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -186,10 +184,7 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 				return err
 			}
 		case <-clock.Beat:
-			beats++
-			err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: &ferryv1.Heartbeat{
-				SentAt: timestamppb.Now(), Sequence: beats,
-			}}})
+			err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: clock.Heartbeat()}})
 			if err != nil {
 				return err
 			}

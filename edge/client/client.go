@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/backoff"
@@ -168,7 +167,6 @@ func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectCl
 ) error {
 	clock := link.NewClock(interval, protocol.DeadAfter(interval))
 	defer clock.Stop()
-	var beats uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -185,10 +183,7 @@ func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectCl
 				return err
 			}
 		case <-clock.Beat:
-			beats++
-			err := stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Heartbeat{Heartbeat: &ferryv1.Heartbeat{
-				SentAt: timestamppb.Now(), Sequence: beats,
-			}}})
+			err := stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Heartbeat{Heartbeat: clock.Heartbeat()}})
 			if err != nil {
 				return sendFailed(r, err)
 			}

@@ -10,6 +10,10 @@ package link
 import (
 	"context"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 )
 
 // Receiver delivers messages read from a stream.
@@ -56,6 +60,7 @@ type Clock struct {
 	ticker    *time.Ticker
 	deadTimer *time.Timer
 	deadAfter time.Duration
+	beats     uint64
 }
 
 // NewClock starts a clock. Call Stop when the stream ends.
@@ -67,6 +72,12 @@ func NewClock(interval, deadAfter time.Duration) *Clock {
 
 // Received records that a message arrived, pushing the dead line back.
 func (c *Clock) Received() { c.deadTimer.Reset(c.deadAfter) }
+
+// Heartbeat returns the next heartbeat to send, numbered from 1.
+func (c *Clock) Heartbeat() *ferryv1.Heartbeat {
+	c.beats++
+	return &ferryv1.Heartbeat{SentAt: timestamppb.Now(), Sequence: c.beats}
+}
 
 // Stop releases the timers.
 func (c *Clock) Stop() {

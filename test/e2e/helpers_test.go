@@ -87,6 +87,10 @@ func stopChecked(t *testing.T, p *framework.Process) {
 	t.Helper()
 	if err := p.Stop(20 * time.Second); err != nil {
 		t.Errorf("%s did not shut down cleanly on SIGTERM: %v (log %s)", p.Name, err, p.LogFile)
+	} else if err := p.ExitErr(); err != nil {
+		// ferry's binaries handle SIGTERM and exit 0; dying of the signal
+		// means the handler is missing.
+		t.Errorf("%s did not exit 0 after SIGTERM: %v (log %s)", p.Name, err, p.LogFile)
 	}
 	if log, err := os.ReadFile(p.LogFile); err == nil && strings.Contains(string(log), "WARNING: DATA RACE") {
 		t.Errorf("%s reported a data race (log %s)", p.Name, p.LogFile)

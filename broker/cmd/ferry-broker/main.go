@@ -12,12 +12,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/spf13/pflag"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/server"
+	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -37,23 +34,14 @@ func main() {
 
 func run(args []string) error {
 	opts := NewOptions()
-	fs := pflag.NewFlagSet("ferry-broker", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if err := opts.Validate(); err != nil {
+	if help, err := cli.Parse("ferry-broker", args, opts); help || err != nil {
 		return err
 	}
 	completed, err := opts.Complete()
 	if err != nil {
 		return err
 	}
-	log := zap.New(zap.UseFlagOptions(&opts.Zap)).WithName("ferry-broker")
-	ctrl.SetLogger(log)
+	log := cli.NewLogger("ferry-broker", &opts.Zap)
 	log.Info("starting", "version", version.String())
 
 	resolver, err := kcp.NewResolver(completed.KCP)

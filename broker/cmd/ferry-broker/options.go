@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 )
@@ -50,9 +50,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to edges; a stream silent for three intervals is closed.")
 	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from an edge, in bytes.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight calls may take to finish on SIGTERM.")
-	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
-	o.Zap.BindFlags(gfs)
-	fs.AddGoFlagSet(gfs)
+	cli.AddLogFlags(fs, &o.Zap)
 }
 
 // Validate reports every problem with the options at once.

@@ -4,20 +4,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/discovery"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ferry-dev/ferry/edge/client"
 	"github.com/ferry-dev/ferry/pkg/backoff"
+	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -30,23 +27,14 @@ func main() {
 
 func run(args []string) error {
 	opts := NewOptions()
-	fs := pflag.NewFlagSet("ferry-edge", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if err := opts.Validate(); err != nil {
+	if help, err := cli.Parse("ferry-edge", args, opts); help || err != nil {
 		return err
 	}
 	completed, err := opts.Complete()
 	if err != nil {
 		return err
 	}
-	log := zap.New(zap.UseFlagOptions(&opts.Zap)).WithName("ferry-edge")
-	ctrl.SetLogger(log)
+	log := cli.NewLogger("ferry-edge", &opts.Zap)
 	log.Info("starting", "version", version.String(), "broker", opts.BrokerAddress)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

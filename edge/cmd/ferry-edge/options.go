@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 )
@@ -54,9 +54,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from the broker, in bytes.")
 	fs.DurationVar(&o.BackoffInitial, "reconnect-initial-delay", o.BackoffInitial, "Upper bound of the first reconnect delay (full jitter).")
 	fs.DurationVar(&o.BackoffMax, "reconnect-max-delay", o.BackoffMax, "Upper bound of any reconnect delay (full jitter).")
-	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
-	o.Zap.BindFlags(gfs)
-	fs.AddGoFlagSet(gfs)
+	cli.AddLogFlags(fs, &o.Zap)
 }
 
 // Validate reports every problem with the options at once.
