@@ -66,7 +66,17 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	env = &suite{bins: bins, dir: dir, kcp: kcp, service: svc, provider: provider}
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		// Keep the logs; drop the servers' data (hundreds of MB) after a
+		// passing run. Stopping twice is harmless: the deferred stops return
+		// at once.
+		_ = svc.Stop()
+		_ = kcp.Stop(30 * time.Second)
+		_ = os.RemoveAll(filepath.Join(dir, "kcp"))
+		_ = os.RemoveAll(filepath.Join(dir, "service"))
+	}
+	return code
 }
 
 // artifactsDir is a fresh directory for this run: under $FERRY_ARTIFACTS when
