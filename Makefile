@@ -1,7 +1,7 @@
 # ferry — build, generate, test and demo.
 #
 # Everything a target needs is built by make itself: the real servers used by
-# the end-to-end tests (kcp, kube-apiserver, etcd) and the protobuf tools come
+# the end-to-end tests (kcp, kube-apiserver, etcd) and the code generators come
 # from Go modules and are cached outside the repository in $(FERRY_CACHE).
 
 SHELL := /usr/bin/env bash -o pipefail
@@ -17,6 +17,7 @@ BUF_VERSION            := v1.72.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPCURL_VERSION        := v1.9.4
+CONTROLLER_GEN_VERSION := v0.23.0
 
 KCP            := $(TOOLS_BIN)/kcp-$(KCP_VERSION)
 KUBE_APISERVER := $(TOOLS_BIN)/kube-apiserver-$(KUBE_APISERVER_VERSION)
@@ -25,9 +26,10 @@ BUF            := $(TOOLS_BIN)/buf-$(BUF_VERSION)/buf
 PROTOC_GEN_GO  := $(TOOLS_BIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(TOOLS_BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
 GRPCURL        := $(TOOLS_BIN)/grpcurl-$(GRPCURL_VERSION)/grpcurl
+CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 
 SERVER_TOOLS := $(KCP) $(KUBE_APISERVER) $(ETCD)
-PROTO_TOOLS  := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
+GEN_TOOLS    := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(CONTROLLER_GEN)
 
 # The test harness and the demo find the servers and binaries through these.
 export FERRY_KCP_BIN            := $(KCP)
@@ -60,14 +62,16 @@ build-race: ## Build both binaries with the race detector (used by the e2e tests
 	go build -race -o bin/ferry-edge ./edge/cmd/ferry-edge
 
 .PHONY: generate
-generate: $(PROTO_TOOLS) ## Regenerate committed code (protobuf).
+generate: $(GEN_TOOLS) ## Regenerate committed code (protobuf, deepcopy, CRD manifests).
 	PATH="$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH" $(BUF) generate
+	$(CONTROLLER_GEN) object paths=./api/v1alpha1/...
+	$(CONTROLLER_GEN) crd paths=./api/v1alpha1/... output:crd:dir=deploy/crd
 
 .PHONY: verify
 verify: generate ## Regenerate and fail if the committed generated code differs.
-	@if [ -n "$$(git status --porcelain -- api)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api deploy/crd)" ]; then \
 	  echo "generated code is out of date; run 'make generate' and commit:"; \
-	  git status --porcelain -- api; git diff --stat -- api; exit 1; fi
+	  git status --porcelain -- api deploy/crd; git diff --stat -- api deploy/crd; exit 1; fi
 
 .PHONY: lint
 lint: $(BUF) ## gofmt check, go vet and buf lint.
@@ -102,7 +106,7 @@ demo: tools build ## Run kcp, a service cluster, broker and edge on loopback (Ct
 ##@ Tools
 
 .PHONY: tools
-tools: $(SERVER_TOOLS) $(PROTO_TOOLS) $(GRPCURL) ## Build the real servers and protobuf tools (cached).
+tools: $(SERVER_TOOLS) $(GEN_TOOLS) $(GRPCURL) ## Build the real servers and code generators (cached).
 
 $(KCP): test/tools/kcp/go.mod test/tools/kcp/go.sum
 	@mkdir -p $(dir $@)
@@ -137,6 +141,8 @@ $(PROTOC_GEN_GO):
 	GOBIN=$(dir $@) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(PROTOC_GEN_GO_GRPC):
 	GOBIN=$(dir $@) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(CONTROLLER_GEN):
+	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 $(GRPCURL):
 	GOBIN=$(dir $@) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 

@@ -1,0 +1,376 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=pubres,categories=ferry
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.resource.kind`,description="Kind of the CRD on the service cluster"
+// +kubebuilder:printcolumn:name="Projected",type=string,JSONPath=`.status.projectedKind`,description="Kind as served in kcp"
+// +kubebuilder:printcolumn:name="Schema",type=string,JSONPath=`.status.resourceSchemaName`,description="APIResourceSchema in kcp"
+// +kubebuilder:printcolumn:name="Published",type=string,JSONPath=`.status.conditions[?(@.type=="Published")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// PublishedResource publishes one CRD of the service cluster as an API in
+// kcp: the edge sends the CRD to the broker, which projects it into an
+// APIResourceSchema and adds it to the edge's APIExport. Objects that kcp
+// users create are then synced into this cluster (unless synchronization is
+// disabled).
+type PublishedResource struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec describes what to publish and how.
+	// +required
+	Spec PublishedResourceSpec `json:"spec"`
+
+	// Status reports whether and as what the resource is published.
+	// +optional
+	Status PublishedResourceStatus `json:"status,omitempty"`
+}
+
+// PublishedResourceSpec describes what to publish and how.
+type PublishedResourceSpec struct {
+	// Resource is the CRD on the service cluster to publish. It cannot be
+	// changed after creation: publishing another resource means a new
+	// PublishedResource.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.resource is immutable: create a new PublishedResource to publish another resource"
+	Resource SourceResource `json:"resource"`
+
+	// Projection changes how the resource looks in kcp (version names, kind,
+	// plural, short names, categories, scope). The API group in kcp is always
+	// the APIExport's name.
+	// +optional
+	Projection *ResourceProjection `json:"projection,omitempty"`
+
+	// Naming controls the namespace and name of local copies of kcp objects.
+	// +optional
+	Naming *ResourceNaming `json:"naming,omitempty"`
+
+	// Filter restricts which kcp objects are synced.
+	// +optional
+	Filter *ResourceFilter `json:"filter,omitempty"`
+
+	// Related lists objects that belong to each published object and are
+	// synced along with it (e.g. a Secret with credentials).
+	// +optional
+	// +listType=map
+	// +listMapKey=identifier
+	Related []RelatedResourceSpec `json:"related,omitempty"`
+
+	// Mutation rewrites objects on their way between kcp and the service
+	// cluster.
+	// +optional
+	Mutation *ResourceMutationSpec `json:"mutation,omitempty"`
+
+	// EnableWorkspacePaths records the kcp workspace path (not only the
+	// logical cluster name) on local copies.
+	// +optional
+	EnableWorkspacePaths bool `json:"enableWorkspacePaths,omitempty"`
+
+	// Synchronization controls whether objects are synced at all.
+	// +optional
+	Synchronization *SynchronizationSpec `json:"synchronization,omitempty"`
+}
+
+// SourceResource names a CRD on the service cluster and the versions to
+// publish. Exactly one of version and versions is set.
+// +kubebuilder:validation:XValidation:rule="has(self.version) != has(self.versions)",message="exactly one of version and versions must be set"
+type SourceResource struct {
+	// APIGroup of the CRD, e.g. "cert-manager.io".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	APIGroup string `json:"apiGroup"`
+
+	// Version publishes a single version, e.g. "v1".
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	Version string `json:"version,omitempty"`
+
+	// Versions publishes several versions of a multi-version CRD.
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +listType=set
+	Versions []string `json:"versions,omitempty"`
+
+	// Kind of the CRD, e.g. "Certificate".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+}
+
+// ResourceScope is Namespaced or Cluster.
+// +kubebuilder:validation:Enum=Namespaced;Cluster
+type ResourceScope string
+
+// Resource scopes.
+const (
+	NamespaceScoped ResourceScope = "Namespaced"
+	ClusterScoped   ResourceScope = "Cluster"
+)
+
+// ResourceProjection describes how the resource is presented in kcp. Unset
+// fields keep the CRD's values.
+// +kubebuilder:validation:XValidation:rule="!(has(self.version) && has(self.versions))",message="set at most one of projection.version and projection.versions"
+type ResourceProjection struct {
+	// Version renames the published version; only with a single published
+	// version.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^v[0-9]+((alpha|beta)[0-9]+)?$`
+	Version string `json:"version,omitempty"`
+
+	// Versions renames published versions: source version → kcp version.
+	// +optional
+	Versions map[string]string `json:"versions,omitempty"`
+
+	// Kind in kcp. The singular name becomes its lowercase form, and the
+	// plural is derived from it unless Plural is set.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind,omitempty"`
+
+	// Plural resource name in kcp; a lowercase DNS label.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Plural string `json:"plural,omitempty"`
+
+	// ShortNames replace the CRD's short names; an empty list removes them.
+	// +optional
+	// +listType=set
+	ShortNames []string `json:"shortNames"` // no omitempty: [] (remove all) differs from unset
+
+	// Categories replace the CRD's categories; an empty list removes them.
+	// +optional
+	// +listType=set
+	Categories []string `json:"categories"` // no omitempty: [] (remove all) differs from unset
+
+	// Scope changes the scope; use with care, objects may need mutations.
+	// +optional
+	Scope ResourceScope `json:"scope,omitempty"`
+}
+
+// ResourceNaming controls local names. Placeholders: $remoteClusterName,
+// $remoteNamespace, $remoteNamespaceHash, $remoteName, $remoteNameHash (hash
+// = first 20 hex characters of the SHA-1).
+type ResourceNaming struct {
+	// Namespace of local copies; default "$remoteClusterName".
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// Name of local copies; default "$remoteNamespaceHash-$remoteNameHash".
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// ResourceFilter selects kcp objects by labels.
+type ResourceFilter struct {
+	// Namespace selects by the labels of the object's namespace in kcp.
+	// +optional
+	Namespace *metav1.LabelSelector `json:"namespace,omitempty"`
+	// Resource selects by the object's own labels.
+	// +optional
+	Resource *metav1.LabelSelector `json:"resource,omitempty"`
+}
+
+// RelatedResourceOrigin tells on which side a related object is created.
+// +kubebuilder:validation:Enum=service;kcp
+type RelatedResourceOrigin string
+
+// Related resource origins.
+const (
+	OriginService RelatedResourceOrigin = "service"
+	OriginKCP     RelatedResourceOrigin = "kcp"
+)
+
+// RelatedResourceSpec describes one kind of related object.
+type RelatedResourceSpec struct {
+	// Identifier names the entry, unique within the PublishedResource.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Identifier string `json:"identifier"`
+
+	// Origin is the side where the object is created: "service" (synced up
+	// into kcp) or "kcp" (synced down).
+	// +required
+	Origin RelatedResourceOrigin `json:"origin"`
+
+	// Kind of the related object, e.g. Secret or ConfigMap.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+
+	// Group of the related object; empty for the core group.
+	// +optional
+	Group string `json:"group,omitempty"`
+
+	// Version of the related object; default "v1".
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Reference locates the related object from the primary object.
+	// +required
+	Reference RelatedResourceReference `json:"reference"`
+}
+
+// RelatedResourceReference locates a related object by paths evaluated on
+// the primary object on each side.
+type RelatedResourceReference struct {
+	// Name of the related object.
+	// +required
+	Name ResourceLocator `json:"name"`
+	// Namespace of the related object; default: the primary's namespace.
+	// +optional
+	Namespace *ResourceLocator `json:"namespace,omitempty"`
+}
+
+// ResourceLocator evaluates a field path on an object, optionally rewritten
+// by a regular expression.
+type ResourceLocator struct {
+	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Regex rewrites the value found at Path.
+	// +optional
+	Regex *RegexReplacement `json:"regex,omitempty"`
+}
+
+// RegexReplacement is a Go regular expression replacement. An empty pattern
+// with a replacement yields the replacement as a static value.
+type RegexReplacement struct {
+	// Pattern to match; empty replaces the whole value.
+	// +optional
+	Pattern string `json:"pattern,omitempty"`
+	// Replacement, which may refer to groups as $1.
+	// +optional
+	Replacement string `json:"replacement,omitempty"`
+}
+
+// ResourceMutationSpec lists mutations by direction.
+type ResourceMutationSpec struct {
+	// Spec mutations apply to objects going from kcp to the service cluster.
+	// +optional
+	Spec []ResourceMutation `json:"spec,omitempty"`
+	// Status mutations apply to status going from the service cluster to kcp.
+	// +optional
+	Status []ResourceMutation `json:"status,omitempty"`
+}
+
+// ResourceMutation is one mutation step: exactly one field is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.delete), has(self.regex), has(self.template), has(self.cel)].filter(x, x).size() == 1",message="a mutation sets exactly one of delete, regex, template and cel"
+type ResourceMutation struct {
+	// Delete removes the field at Path.
+	// +optional
+	Delete *DeleteMutation `json:"delete,omitempty"`
+	// Regex rewrites the string at Path.
+	// +optional
+	Regex *RegexMutation `json:"regex,omitempty"`
+	// Template sets Path to a Go template's output.
+	// +optional
+	Template *TemplateMutation `json:"template,omitempty"`
+	// CEL sets Path to a CEL expression's value.
+	// +optional
+	CEL *CELMutation `json:"cel,omitempty"`
+}
+
+// DeleteMutation removes a field.
+type DeleteMutation struct {
+	// Path of the field.
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+}
+
+// RegexMutation rewrites a string field.
+type RegexMutation struct {
+	// Path of the field.
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Pattern to match; empty replaces the whole value.
+	// +optional
+	Pattern string `json:"pattern,omitempty"`
+	// Replacement, which may refer to groups as $1.
+	// +optional
+	Replacement string `json:"replacement,omitempty"`
+}
+
+// TemplateMutation sets a field to a Go template's output.
+type TemplateMutation struct {
+	// Path of the field.
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Template with the local and remote objects available.
+	// +kubebuilder:validation:MinLength=1
+	Template string `json:"template"`
+}
+
+// CELMutation sets a field to a CEL expression's value.
+type CELMutation struct {
+	// Path of the field.
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Expression in CEL.
+	// +kubebuilder:validation:MinLength=1
+	Expression string `json:"expression"`
+}
+
+// SynchronizationSpec controls object synchronization.
+type SynchronizationSpec struct {
+	// Enabled syncs objects; false publishes the schema only. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// PublishedResourceStatus reports whether and as what the resource is
+// published.
+type PublishedResourceStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// ResourceSchemaName is the APIResourceSchema in kcp.
+	// +optional
+	ResourceSchemaName string `json:"resourceSchemaName,omitempty"`
+
+	// ProjectedKind is the kind as served in kcp.
+	// +optional
+	ProjectedKind string `json:"projectedKind,omitempty"`
+
+	// ServedResource is group/version/resource as served in kcp.
+	// +optional
+	ServedResource string `json:"servedResource,omitempty"`
+
+	// Conditions: Published.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Condition types and reasons of a PublishedResource.
+const (
+	// ConditionPublished is True once the schema is part of the APIExport.
+	ConditionPublished = "Published"
+
+	ReasonPublished         = "Published"
+	ReasonPending           = "Pending"
+	ReasonCRDNotFound       = "CRDNotFound"
+	ReasonVersionNotFound   = "VersionNotFound"
+	ReasonProjectionInvalid = "ProjectionInvalid"
+	ReasonSchemaConflict    = "SchemaConflict"
+	ReasonBrokerUnavailable = "BrokerUnavailable"
+	ReasonBrokerRefused     = "BrokerRefused"
+)
+
+// +kubebuilder:object:root=true
+
+// PublishedResourceList is a list of PublishedResources.
+type PublishedResourceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PublishedResource `json:"items"`
+}
