@@ -95,28 +95,28 @@ func TestProject(t *testing.T) {
 		},
 		{name: "missing version", spec: ferryv1alpha1.PublishedResourceSpec{Resource: src("v3")}, wantReason: ferryv1alpha1.ReasonVersionNotFound},
 		{
-			name: "projection.version with two versions",
-			spec: ferryv1alpha1.PublishedResourceSpec{Resource: src("v1", "v1beta1"), Projection: &ferryv1alpha1.ResourceProjection{Version: "v2"}},
+			name:       "projection.version with two versions",
+			spec:       ferryv1alpha1.PublishedResourceSpec{Resource: src("v1", "v1beta1"), Projection: &ferryv1alpha1.ResourceProjection{Version: "v2"}},
 			wantReason: ferryv1alpha1.ReasonProjectionInvalid,
 		},
 		{
-			name: "versions map names an unpublished version",
-			spec: ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Versions: map[string]string{"v1beta1": "v2"}}},
+			name:       "versions map names an unpublished version",
+			spec:       ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Versions: map[string]string{"v1beta1": "v2"}}},
 			wantReason: ferryv1alpha1.ReasonProjectionInvalid,
 		},
 		{
-			name: "two versions onto one",
-			spec: ferryv1alpha1.PublishedResourceSpec{Resource: src("v1", "v1beta1"), Projection: &ferryv1alpha1.ResourceProjection{Versions: map[string]string{"v1beta1": "v1"}}},
+			name:       "two versions onto one",
+			spec:       ferryv1alpha1.PublishedResourceSpec{Resource: src("v1", "v1beta1"), Projection: &ferryv1alpha1.ResourceProjection{Versions: map[string]string{"v1beta1": "v1"}}},
 			wantReason: ferryv1alpha1.ReasonProjectionInvalid,
 		},
 		{
-			name: "invalid plural",
-			spec: ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Plural: "Not_Valid"}},
+			name:       "invalid plural",
+			spec:       ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Plural: "Not_Valid"}},
 			wantReason: ferryv1alpha1.ReasonProjectionInvalid,
 		},
 		{
-			name: "invalid version name",
-			spec: ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Version: "version-one"}},
+			name:       "invalid version name",
+			spec:       ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Version: "version-one"}},
 			wantReason: ferryv1alpha1.ReasonProjectionInvalid,
 		},
 		{
