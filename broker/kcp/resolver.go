@@ -43,9 +43,9 @@ type Resolver struct {
 	client kcpclientset.ClusterInterface
 }
 
-// NewResolver builds a resolver from a kcp rest config; any /clusters/...
-// path on its host is dropped (the cluster-aware client adds its own).
-func NewResolver(cfg *rest.Config) (*Resolver, error) {
+// NewClient builds a cluster-aware kcp clientset from a rest config; any
+// /clusters/... path on its host is dropped (the client adds its own).
+func NewClient(cfg *rest.Config) (kcpclientset.ClusterInterface, error) {
 	base := rest.CopyConfig(cfg)
 	host, err := BaseHost(cfg.Host)
 	if err != nil {
@@ -56,7 +56,12 @@ func NewResolver(cfg *rest.Config) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot build kcp client: %w", err)
 	}
-	return &Resolver{client: client}, nil
+	return client, nil
+}
+
+// NewResolver returns a resolver using client.
+func NewResolver(client kcpclientset.ClusterInterface) *Resolver {
+	return &Resolver{client: client}
 }
 
 // BaseHost strips a "/clusters/<path>" suffix from a kcp server URL.

@@ -48,7 +48,7 @@ func (a *adminService) ListEdges(ctx context.Context, _ *ferryv1.ListEdgesReques
 			edge.LastSeen = timestamppb.New(s.LastSeen())
 			edge.ProtocolVersion = s.ProtocolVersion
 			edge.EdgeVersion = s.EdgeVersion
-			edge.ExportStatus = exportStatus(s.Export, s.ExportState)
+			edge.ExportStatus = exportStatus(s.Export, s.ExportState())
 		}
 		out.Edges = append(out.Edges, edge)
 	}

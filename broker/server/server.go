@@ -38,6 +38,8 @@ type Options struct {
 	TLS *tls.Config
 	// Resolver looks APIExports up in kcp.
 	Resolver ExportResolver
+	// Publisher applies Publish messages to kcp.
+	Publisher PublishApplier
 	// HeartbeatInterval is the broker's heartbeat proposal.
 	HeartbeatInterval time.Duration
 	// MaxMessageBytes is the largest message the broker accepts.
@@ -64,6 +66,7 @@ func New(o Options) *Server {
 		cfg:               o.Config,
 		registry:          registry,
 		resolver:          o.Resolver,
+		publisher:         o.Publisher,
 		epoch:             newEpoch(),
 		heartbeatInterval: o.HeartbeatInterval,
 		maxMessageBytes:   o.MaxMessageBytes,

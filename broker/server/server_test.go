@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/pkg/devpki"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
@@ -43,6 +45,32 @@ func (f fakeResolver) Resolve(_ context.Context, ref config.APIExportRef) (kcp.E
 	return s, nil
 }
 
+func (f fakeResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, onChange func(string)) {
+	onChange("https://kcp.example/services/apiexport/abc/a.ferry.dev")
+	<-ctx.Done()
+}
+
+// echoApplier answers every Publish with PUBLISHED, or fails the first
+// failures calls with a retryable error.
+type echoApplier struct {
+	mu       sync.Mutex
+	failures int
+}
+
+func (e *echoApplier) Apply(_ context.Context, export config.APIExportRef, owners publish.Owners, msg *ferryv1.Publish) (*ferryv1.PublishResult, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failures > 0 {
+		e.failures--
+		return nil, errors.New("kcp is down")
+	}
+	owners[msg.GetPublishedResource()] = msg.GetPublishedResource()
+	return &ferryv1.PublishResult{
+		PublishedResource: msg.GetPublishedResource(), Revision: msg.GetRevision(),
+		State: ferryv1.PublishState_PUBLISH_STATE_PUBLISHED, Message: export.String(),
+	}, nil
+}
+
 var (
 	exportA = config.APIExportRef{Workspace: "root:org", Name: "a.ferry.dev"}
 	exportB = config.APIExportRef{Workspace: "root:org", Name: "missing.ferry.dev"}
@@ -56,6 +84,11 @@ type testBroker struct {
 }
 
 func startTestBroker(t *testing.T, resolver ExportResolver) *testBroker {
+	t.Helper()
+	return startTestBrokerWith(t, resolver, &echoApplier{})
+}
+
+func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier PublishApplier) *testBroker {
 	t.Helper()
 	pki := t.TempDir()
 	ca, err := devpki.LoadOrCreateCA(pki, "test")
@@ -87,6 +120,7 @@ func startTestBroker(t *testing.T, resolver ExportResolver) *testBroker {
 		},
 		TLS:               tlsCfg,
 		Resolver:          resolver,
+		Publisher:         applier,
 		HeartbeatInterval: 2 * time.Second,
 		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
 		ShutdownTimeout:   5 * time.Second,
@@ -256,8 +290,10 @@ func TestConnectHandshakeAndOneEdgePerExport(t *testing.T) {
 	if err := first.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := first.Recv(); err == nil {
-		t.Fatal("stream should end after CloseSend")
+	for {
+		if _, err := first.Recv(); err != nil {
+			break // the broker ended the stream
+		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -335,5 +371,58 @@ func TestHandlerPanicBecomesInternal(t *testing.T) {
 	err = tb.dial(t, "edge-a").Invoke(context.Background(), "/ferrytest.Panic/Do", &emptypb.Empty{}, &emptypb.Empty{})
 	if status.Code(err) != codes.Internal {
 		t.Fatalf("second call: %v", err)
+	}
+}
+
+func TestPublishRoundTripWithRetry(t *testing.T) {
+	tb := startTestBrokerWith(t, fakeResolver{states: map[config.APIExportRef]kcp.ExportState{exportA: {LogicalCluster: "abc"}}},
+		&echoApplier{failures: 1})
+	stream, _, err := connect(t, tb.dial(t, "edge-a"), helloRequest(validHello()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Publish{Publish: &ferryv1.Publish{
+		PublishedResource: "certs", Spec: []byte("{}"), CustomResourceDefinition: []byte("{}"), Revision: "r1",
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []ferryv1.PublishState
+	sawExportStatus := false
+	for len(states) == 0 || states[len(states)-1] != ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := msg.GetExportStatus(); st != nil && st.GetVirtualWorkspaceReady() {
+			sawExportStatus = true
+		}
+		if r := msg.GetPublishResult(); r != nil {
+			if r.GetPublishedResource() != "certs" || r.GetRevision() != "r1" {
+				t.Fatalf("result for the wrong publish: %v", r)
+			}
+			states = append(states, r.GetState())
+		}
+	}
+	if len(states) != 2 || states[0] != ferryv1.PublishState_PUBLISH_STATE_PENDING {
+		t.Errorf("want PENDING (kcp failure, retrying) then PUBLISHED, got %v", states)
+	}
+	if !sawExportStatus {
+		t.Error("the virtual workspace URL reported by the watch never reached the edge as ExportStatus")
+	}
+
+	// A Publish without content breaks the protocol.
+	if err := stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Publish{Publish: &ferryv1.Publish{PublishedResource: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := stream.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("empty Publish: %v, want InvalidArgument", err)
+		}
+		break
 	}
 }

@@ -27,7 +27,11 @@ import (
 // ExportResolver looks an APIExport up in kcp. Implemented by *kcp.Resolver;
 // must be safe for concurrent use and honour ctx.
 type ExportResolver interface {
+	// Resolve checks the export and returns its state.
 	Resolve(ctx context.Context, ref config.APIExportRef) (kcp.ExportState, error)
+	// WatchVirtualWorkspace reports the export's virtual workspace URL on
+	// every change until ctx ends (blocking).
+	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(url string))
 }
 
 // syncService implements ferry.v1alpha1.SyncService: it authorizes the edge,
@@ -38,6 +42,7 @@ type syncService struct {
 	cfg               *config.Config
 	registry          *session.Registry
 	resolver          ExportResolver
+	publisher         PublishApplier
 	epoch             uint64
 	heartbeatInterval time.Duration
 	maxMessageBytes   uint32
@@ -135,7 +140,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	log = log.WithValues(logging.KeySession, sess.ID)
 	log.Info("edge connected", logging.KeyProtocolVersion, negotiated, logging.KeyLogicalCluster, state.LogicalCluster)
 
-	err = s.serve(streamCtx, stream, r, sess, interval)
+	err = s.serve(streamCtx, stream, r, sess, interval, log)
 	log.Info("edge disconnected", logging.KeyReason, errorText(err))
 	return err
 }
@@ -161,10 +166,23 @@ func receiveHello(r link.Receiver[*ferryv1.ConnectRequest]) (*ferryv1.EdgeHello,
 // serve runs the stream after the handshake until the edge leaves, goes
 // silent, breaks the protocol or the broker shuts down.
 func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_ConnectServer,
-	r link.Receiver[*ferryv1.ConnectRequest], sess *session.Session, interval time.Duration,
+	r link.Receiver[*ferryv1.ConnectRequest], sess *session.Session, interval time.Duration, log logr.Logger,
 ) error {
 	clock := link.NewClock(interval, protocol.DeadAfter(interval))
 	defer clock.Stop()
+
+	// Helpers of this stream; all end with ctx (the stream's context).
+	publishResults := make(chan *ferryv1.PublishResult)
+	publisher := newPublishWorker(s.publisher, sess.Export, publishResults, log.WithName("publish"))
+	go publisher.run(ctx)
+	exportURLs := make(chan string)
+	go s.resolver.WatchVirtualWorkspace(ctx, sess.Export, func(url string) {
+		select {
+		case exportURLs <- url:
+		case <-ctx.Done():
+		}
+	})
+
 	for {
 		select {
 		case <-ctx.Done():
@@ -180,7 +198,18 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 		case msg := <-r.C:
 			clock.Received()
 			sess.Seen(time.Now())
-			if err := s.handle(msg); err != nil {
+			if err := s.handle(msg, publisher); err != nil {
+				return err
+			}
+		case res := <-publishResults:
+			if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_PublishResult{PublishResult: res}}); err != nil {
+				return err
+			}
+		case url := <-exportURLs:
+			sess.SetVirtualWorkspaceURL(url)
+			st := exportStatus(sess.Export, sess.ExportState())
+			log.Info("APIExport state", "virtualWorkspaceReady", st.GetVirtualWorkspaceReady(), "waitingFor", st.GetWaitingFor())
+			if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ExportStatus{ExportStatus: st}}); err != nil {
 				return err
 			}
 		case <-clock.Beat:
@@ -197,9 +226,25 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 // handle processes one message from the edge. Messages of features this
 // broker does not implement yet end the stream with UNIMPLEMENTED, so an edge
 // never believes they were processed.
-func (s *syncService) handle(msg *ferryv1.ConnectRequest) error {
+func (s *syncService) handle(msg *ferryv1.ConnectRequest, publisher *publishWorker) error {
 	switch m := msg.GetMessage().(type) {
 	case *ferryv1.ConnectRequest_Heartbeat:
+		return nil
+	case *ferryv1.ConnectRequest_Publish:
+		// The export is the session's own: an edge can only publish into the
+		// APIExport its identity is configured for.
+		name := m.Publish.GetPublishedResource()
+		if name == "" || len(m.Publish.GetSpec()) == 0 || len(m.Publish.GetCustomResourceDefinition()) == 0 {
+			return status.Error(codes.InvalidArgument, "Publish needs published_resource, spec and custom_resource_definition")
+		}
+		publisher.enqueue(name, msg)
+		return nil
+	case *ferryv1.ConnectRequest_Unpublish:
+		name := m.Unpublish.GetPublishedResource()
+		if name == "" {
+			return status.Error(codes.InvalidArgument, "Unpublish needs published_resource")
+		}
+		publisher.enqueue(name, msg)
 		return nil
 	case *ferryv1.ConnectRequest_Hello:
 		return status.Error(codes.InvalidArgument, "EdgeHello may only be sent once per stream")

@@ -32,6 +32,10 @@ type Info struct {
 type Session struct {
 	Info
 
+	// mu guards the mutable part of the export state.
+	mu                  sync.Mutex
+	virtualWorkspaceURL string
+
 	// lastSeen is the time of the last message from the edge, in Unix nanoseconds.
 	lastSeen atomic.Int64
 	// cancel ends the session's stream (broker shutdown).
@@ -40,9 +44,26 @@ type Session struct {
 
 // NewSession returns a session; cancel must end its stream.
 func NewSession(info Info, cancel func()) *Session {
-	out := &Session{Info: info, cancel: cancel}
+	out := &Session{Info: info, cancel: cancel, virtualWorkspaceURL: info.ExportState.VirtualWorkspaceURL}
 	out.lastSeen.Store(info.ConnectedAt.UnixNano())
 	return out
+}
+
+// SetVirtualWorkspaceURL records the export's current virtual workspace URL.
+func (s *Session) SetVirtualWorkspaceURL(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.virtualWorkspaceURL = url
+}
+
+// ExportState is the export's state as last seen: resolved at the handshake,
+// the virtual workspace URL kept current by a watch.
+func (s *Session) ExportState() kcp.ExportState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.Info.ExportState
+	st.VirtualWorkspaceURL = s.virtualWorkspaceURL
+	return st
 }
 
 // Seen records that a message from the edge arrived. Safe for concurrent use.

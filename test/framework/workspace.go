@@ -18,13 +18,7 @@ import (
 
 // KCPClient returns a cluster-aware kcp clientset for cfg's server.
 func KCPClient(cfg *rest.Config) (kcpclientset.ClusterInterface, error) {
-	c := rest.CopyConfig(cfg)
-	host, err := kcp.BaseHost(c.Host)
-	if err != nil {
-		return nil, err
-	}
-	c.Host = host
-	return kcpclientset.NewForConfig(c)
+	return kcp.NewClient(cfg)
 }
 
 // CreateWorkspace creates a universal workspace name under parent (e.g.

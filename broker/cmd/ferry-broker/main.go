@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/broker/server"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/version"
@@ -44,7 +45,7 @@ func run(args []string) error {
 	log := cli.NewLogger("ferry-broker", &opts.Zap)
 	log.Info("starting", "version", version.String())
 
-	resolver, err := kcp.NewResolver(completed.KCP)
+	kcpClient, err := kcp.NewClient(completed.KCP)
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,8 @@ func run(args []string) error {
 	srv := server.New(server.Options{
 		Config:            completed.Config,
 		TLS:               completed.TLS,
-		Resolver:          resolver,
+		Resolver:          kcp.NewResolver(kcpClient),
+		Publisher:         publish.NewPublisher(kcpClient, log.WithName("publish")),
 		HeartbeatInterval: opts.HeartbeatInterval,
 		MaxMessageBytes:   opts.MaxMessageBytes,
 		ShutdownTimeout:   opts.ShutdownTimeout,

@@ -92,8 +92,12 @@ type Publish struct {
 	// (apiextensions.k8s.io/v1), reduced to the versions the PublishedResource
 	// selects. Required.
 	CustomResourceDefinition []byte `protobuf:"bytes,4,opt,name=custom_resource_definition,json=customResourceDefinition,proto3" json:"custom_resource_definition,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Opaque digest of spec and CRD, set by the edge; echoed in the result so
+	// the edge can tell which content a result is about (a CRD change does not
+	// change the PublishedResource's generation). Required.
+	Revision      string `protobuf:"bytes,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Publish) Reset() {
@@ -152,6 +156,13 @@ func (x *Publish) GetCustomResourceDefinition() []byte {
 		return x.CustomResourceDefinition
 	}
 	return nil
+}
+
+func (x *Publish) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
 }
 
 // Unpublish tells the broker that a PublishedResource is gone, sent edge →
@@ -221,8 +232,12 @@ type PublishResult struct {
 	// The resource as served in kcp (APIExport group, projected version and
 	// plural); set once published.
 	ServedResource *GroupVersionResource `protobuf:"bytes,7,opt,name=served_resource,json=servedResource,proto3" json:"served_resource,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The Publish.revision this result is about.
+	Revision string `protobuf:"bytes,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The kind as served in kcp; set once published.
+	ProjectedKind string `protobuf:"bytes,9,opt,name=projected_kind,json=projectedKind,proto3" json:"projected_kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PublishResult) Reset() {
@@ -304,20 +319,35 @@ func (x *PublishResult) GetServedResource() *GroupVersionResource {
 	return nil
 }
 
+func (x *PublishResult) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *PublishResult) GetProjectedKind() string {
+	if x != nil {
+		return x.ProjectedKind
+	}
+	return ""
+}
+
 var File_ferry_v1alpha1_publish_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_publish_proto_rawDesc = "" +
 	"\n" +
-	"\x1cferry/v1alpha1/publish.proto\x12\x0eferry.v1alpha1\x1a\x1cferry/v1alpha1/objects.proto\"\xaa\x01\n" +
+	"\x1cferry/v1alpha1/publish.proto\x12\x0eferry.v1alpha1\x1a\x1cferry/v1alpha1/objects.proto\"\xc6\x01\n" +
 	"\aPublish\x12-\n" +
 	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12\x12\n" +
 	"\x04spec\x18\x03 \x01(\fR\x04spec\x12<\n" +
-	"\x1acustom_resource_definition\x18\x04 \x01(\fR\x18customResourceDefinition\":\n" +
+	"\x1acustom_resource_definition\x18\x04 \x01(\fR\x18customResourceDefinition\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\tR\brevision\":\n" +
 	"\tUnpublish\x12-\n" +
-	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\"\xc5\x02\n" +
+	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\"\x88\x03\n" +
 	"\rPublishResult\x12-\n" +
 	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\x12\x1e\n" +
 	"\n" +
@@ -327,7 +357,9 @@ const file_ferry_v1alpha1_publish_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x120\n" +
 	"\x14resource_schema_name\x18\x06 \x01(\tR\x12resourceSchemaName\x12M\n" +
-	"\x0fserved_resource\x18\a \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\x0eservedResource*\x7f\n" +
+	"\x0fserved_resource\x18\a \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\x0eservedResource\x12\x1a\n" +
+	"\brevision\x18\b \x01(\tR\brevision\x12%\n" +
+	"\x0eprojected_kind\x18\t \x01(\tR\rprojectedKind*\x7f\n" +
 	"\fPublishState\x12\x1d\n" +
 	"\x19PUBLISH_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PUBLISH_STATE_PENDING\x10\x01\x12\x1b\n" +

@@ -1,0 +1,190 @@
+// Package publish is the broker's half of publishing: it turns an edge's
+// Publish (PublishedResource spec + CRD) into an APIResourceSchema in the
+// APIExport's workspace and merges it into the APIExport. Schemas are
+// created, never updated (their names carry a content hash); APIExport
+// entries of other resources and existing permission claims are kept;
+// nothing is ever removed from the APIExport.
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
+	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
+	"github.com/kcp-dev/logicalcluster/v3"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/retry"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/projection"
+)
+
+// claimVerbs are the verbs claimed on related resources' kinds: the broker
+// reads, writes and deletes related objects in consumer workspaces.
+var claimVerbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// Owners records which PublishedResource publishes which kcp resource
+// (plural) of one APIExport, so two cannot silently overwrite each other.
+// Owned by one session's publish worker; not safe for concurrent use.
+type Owners map[string]string
+
+// Publisher applies publishes to kcp. Safe for concurrent use.
+type Publisher struct {
+	client kcpclientset.ClusterInterface
+	log    logr.Logger
+}
+
+// NewPublisher returns a publisher writing through client.
+func NewPublisher(client kcpclientset.ClusterInterface, log logr.Logger) *Publisher {
+	return &Publisher{client: client, log: log}
+}
+
+// Apply publishes msg into export. Problems with the input become a FAILED
+// result; an error is returned only for failures worth retrying (kcp
+// unreachable, conflicts).
+func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owners Owners, msg *ferryv1.Publish) (*ferryv1.PublishResult, error) {
+	res := &ferryv1.PublishResult{
+		PublishedResource: msg.GetPublishedResource(),
+		Generation:        msg.GetGeneration(),
+		Revision:          msg.GetRevision(),
+	}
+	fail := func(reason, format string, args ...any) (*ferryv1.PublishResult, error) {
+		res.State, res.Reason, res.Message = ferryv1.PublishState_PUBLISH_STATE_FAILED, reason, fmt.Sprintf(format, args...)
+		return res, nil
+	}
+
+	var spec ferryv1alpha1.PublishedResourceSpec
+	if err := json.Unmarshal(msg.GetSpec(), &spec); err != nil {
+		return fail(ferryv1alpha1.ReasonProjectionInvalid, "the broker cannot decode the PublishedResource spec: %v", err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := json.Unmarshal(msg.GetCustomResourceDefinition(), &crd); err != nil {
+		return fail(ferryv1alpha1.ReasonProjectionInvalid, "the broker cannot decode the CRD: %v", err)
+	}
+	proj, err := projection.Project(&spec, &crd, export.Name)
+	if err != nil {
+		var pe *projection.Error
+		if errors.As(err, &pe) {
+			return fail(pe.Reason, "%s", pe.Message)
+		}
+		return fail(ferryv1alpha1.ReasonProjectionInvalid, "%v", err)
+	}
+	plural := proj.Resource.Resource
+	if owner, ok := owners[plural]; ok && owner != msg.GetPublishedResource() {
+		return fail(ferryv1alpha1.ReasonSchemaConflict, "PublishedResource %q already publishes %s.%s in APIExport %s",
+			owner, plural, export.Name, export)
+	}
+
+	path := logicalcluster.NewPath(export.Workspace)
+	ars := proj.Schema
+	if _, err := p.client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Create(ctx, ars, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("cannot create APIResourceSchema %s in %s: %w", ars.Name, export.Workspace, err)
+		}
+	} else {
+		p.log.Info("created APIResourceSchema", "schema", ars.Name, "apiExport", export.String())
+	}
+
+	claims := relatedClaims(spec.Related)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := p.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !mergeExport(&current.Spec, export.Name, plural, ars.Name, claims) {
+			return nil
+		}
+		_, err = p.client.Cluster(path).ApisV1alpha2().APIExports().Update(ctx, current, metav1.UpdateOptions{})
+		if err == nil {
+			p.log.Info("updated APIExport", "apiExport", export.String(), "resource", plural, "schema", ars.Name)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot update APIExport %s: %w", export, err)
+	}
+
+	// Ownership moves only once the export says so.
+	for pl, o := range owners {
+		if o == msg.GetPublishedResource() && pl != plural {
+			delete(owners, pl)
+		}
+	}
+	owners[plural] = msg.GetPublishedResource()
+
+	res.State = ferryv1.PublishState_PUBLISH_STATE_PUBLISHED
+	res.Reason = ferryv1alpha1.ReasonPublished
+	res.Message = fmt.Sprintf("served as %s in APIExport %s", proj.Resource.GroupResource(), export)
+	res.ResourceSchemaName = ars.Name
+	res.ProjectedKind = proj.Kind
+	res.ServedResource = &ferryv1.GroupVersionResource{Group: proj.Resource.Group, Version: proj.Resource.Version, Resource: plural}
+	return res, nil
+}
+
+// Forget drops the ownership of a PublishedResource that was unpublished.
+// Its schema stays in the APIExport.
+func Forget(owners Owners, publishedResource string) {
+	for pl, o := range owners {
+		if o == publishedResource {
+			delete(owners, pl)
+		}
+	}
+}
+
+// mergeExport points the entry of group/plural at schema (adding it when
+// absent) and adds missing claims; it reports whether spec changed. Other
+// entries and existing claims are kept as they are.
+func mergeExport(spec *apisv1alpha2.APIExportSpec, group, plural, schemaName string, claims []apisv1alpha2.PermissionClaim) bool {
+	changed := false
+	i := slices.IndexFunc(spec.Resources, func(r apisv1alpha2.ResourceSchema) bool { return r.Group == group && r.Name == plural })
+	want := apisv1alpha2.ResourceSchema{
+		Group: group, Name: plural, Schema: schemaName,
+		Storage: apisv1alpha2.ResourceSchemaStorage{CRD: &apisv1alpha2.ResourceSchemaStorageCRD{}},
+	}
+	switch {
+	case i < 0:
+		spec.Resources = append(spec.Resources, want)
+		changed = true
+	case spec.Resources[i].Schema != schemaName || spec.Resources[i].Storage.CRD == nil:
+		spec.Resources[i] = want
+		changed = true
+	}
+	for _, c := range claims {
+		if !slices.ContainsFunc(spec.PermissionClaims, c.EqualGRI) {
+			spec.PermissionClaims = append(spec.PermissionClaims, c)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// relatedClaims are the permission claims related resources need.
+func relatedClaims(related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.PermissionClaim {
+	var out []apisv1alpha2.PermissionClaim
+	for _, r := range related {
+		version := r.Version
+		if version == "" {
+			version = "v1"
+		}
+		plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: r.Group, Version: version, Kind: r.Kind})
+		c := apisv1alpha2.PermissionClaim{
+			GroupResource: apisv1alpha2.GroupResource{Group: r.Group, Resource: plural.Resource},
+			Verbs:         slices.Clone(claimVerbs),
+		}
+		if !slices.ContainsFunc(out, c.EqualGRI) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

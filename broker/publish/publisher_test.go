@@ -1,0 +1,107 @@
+package publish
+
+import (
+	"testing"
+
+	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
+
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+)
+
+func entry(group, name, schema string) apisv1alpha2.ResourceSchema {
+	return apisv1alpha2.ResourceSchema{Group: group, Name: name, Schema: schema,
+		Storage: apisv1alpha2.ResourceSchemaStorage{CRD: &apisv1alpha2.ResourceSchemaStorageCRD{}}}
+}
+
+func TestMergeExport(t *testing.T) {
+	secrets := apisv1alpha2.PermissionClaim{GroupResource: apisv1alpha2.GroupResource{Resource: "secrets"}, Verbs: claimVerbs}
+	handMade := apisv1alpha2.PermissionClaim{GroupResource: apisv1alpha2.GroupResource{Resource: "configmaps"}, Verbs: []string{"get"}}
+	tests := []struct {
+		name        string
+		spec        apisv1alpha2.APIExportSpec
+		claims      []apisv1alpha2.PermissionClaim
+		wantChanged bool
+		wantRes     []apisv1alpha2.ResourceSchema
+		wantClaims  int
+	}{
+		{
+			name: "adds to an empty export", wantChanged: true,
+			wantRes: []apisv1alpha2.ResourceSchema{entry("g", "certs", "v1.certs.g")},
+		},
+		{
+			name:        "unchanged entry is a no-op",
+			spec:        apisv1alpha2.APIExportSpec{Resources: []apisv1alpha2.ResourceSchema{entry("g", "certs", "v1.certs.g")}},
+			wantChanged: false,
+			wantRes:     []apisv1alpha2.ResourceSchema{entry("g", "certs", "v1.certs.g")},
+		},
+		{
+			name: "replaces only its own entry; others survive",
+			spec: apisv1alpha2.APIExportSpec{Resources: []apisv1alpha2.ResourceSchema{
+				entry("other.example.com", "things", "v9.things.other"), entry("g", "certs", "old.certs.g"), entry("g", "issuers", "v1.issuers.g"),
+			}},
+			wantChanged: true,
+			wantRes: []apisv1alpha2.ResourceSchema{
+				entry("other.example.com", "things", "v9.things.other"), entry("g", "certs", "v1.certs.g"), entry("g", "issuers", "v1.issuers.g"),
+			},
+		},
+		{
+			name:        "adds missing claims, keeps existing ones",
+			spec:        apisv1alpha2.APIExportSpec{Resources: []apisv1alpha2.ResourceSchema{entry("g", "certs", "v1.certs.g")}, PermissionClaims: []apisv1alpha2.PermissionClaim{handMade}},
+			claims:      []apisv1alpha2.PermissionClaim{secrets, {GroupResource: apisv1alpha2.GroupResource{Resource: "configmaps"}, Verbs: claimVerbs}},
+			wantChanged: true,
+			wantRes:     []apisv1alpha2.ResourceSchema{entry("g", "certs", "v1.certs.g")},
+			wantClaims:  2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := tt.spec.DeepCopy()
+			changed := mergeExport(spec, "g", "certs", "v1.certs.g", tt.claims)
+			if changed != tt.wantChanged {
+				t.Errorf("changed = %v, want %v", changed, tt.wantChanged)
+			}
+			if len(spec.Resources) != len(tt.wantRes) {
+				t.Fatalf("resources %v, want %v", spec.Resources, tt.wantRes)
+			}
+			for i := range tt.wantRes {
+				if spec.Resources[i].Group != tt.wantRes[i].Group || spec.Resources[i].Name != tt.wantRes[i].Name || spec.Resources[i].Schema != tt.wantRes[i].Schema {
+					t.Errorf("resource %d = %+v, want %+v", i, spec.Resources[i], tt.wantRes[i])
+				}
+			}
+			if len(spec.PermissionClaims) != tt.wantClaims {
+				t.Errorf("claims %v, want %d", spec.PermissionClaims, tt.wantClaims)
+			}
+			for _, c := range spec.PermissionClaims {
+				if c.Resource == "configmaps" && len(c.Verbs) != 1 {
+					t.Errorf("an existing claim was rewritten: %v", c)
+				}
+			}
+		})
+	}
+}
+
+func TestRelatedClaims(t *testing.T) {
+	got := relatedClaims([]ferryv1alpha1.RelatedResourceSpec{
+		{Identifier: "a", Kind: "Secret"},
+		{Identifier: "b", Kind: "Secret"},
+		{Identifier: "c", Kind: "ConfigMap"},
+		{Identifier: "d", Kind: "Certificate", Group: "cert-manager.io"},
+	})
+	want := []string{"secrets", "configmaps", "certificates.cert-manager.io"}
+	if len(got) != len(want) {
+		t.Fatalf("claims %v, want %v", got, want)
+	}
+	for i, w := range want {
+		if got[i].String() != w || len(got[i].Verbs) == 0 {
+			t.Errorf("claim %d = %v, want %s with verbs", i, got[i], w)
+		}
+	}
+}
+
+func TestForget(t *testing.T) {
+	owners := Owners{"certs": "pr-a", "issuers": "pr-b"}
+	Forget(owners, "pr-a")
+	if _, ok := owners["certs"]; ok || owners["issuers"] != "pr-b" {
+		t.Errorf("owners after Forget: %v", owners)
+	}
+}
