@@ -59,6 +59,7 @@ type PublishedResourceSpec struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=identifier
+	// +kubebuilder:validation:MaxItems=32
 	Related []RelatedResourceSpec `json:"related,omitempty"`
 
 	// Mutation rewrites objects on their way between kcp and the service
@@ -254,14 +255,16 @@ type RegexReplacement struct {
 type ResourceMutationSpec struct {
 	// Spec mutations apply to objects going from kcp to the service cluster.
 	// +optional
+	// +kubebuilder:validation:MaxItems=64
 	Spec []ResourceMutation `json:"spec,omitempty"`
 	// Status mutations apply to status going from the service cluster to kcp.
 	// +optional
+	// +kubebuilder:validation:MaxItems=64
 	Status []ResourceMutation `json:"status,omitempty"`
 }
 
 // ResourceMutation is one mutation step: exactly one field is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.delete), has(self.regex), has(self.template), has(self.cel)].filter(x, x).size() == 1",message="a mutation sets exactly one of delete, regex, template and cel"
+// +kubebuilder:validation:XValidation:rule="(has(self.delete) ? 1 : 0) + (has(self.regex) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.cel) ? 1 : 0) == 1",message="a mutation sets exactly one of delete, regex, template and cel"
 type ResourceMutation struct {
 	// Delete removes the field at Path.
 	// +optional

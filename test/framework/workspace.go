@@ -69,3 +69,60 @@ func CreateAPIExport(ctx context.Context, cfg *rest.Config, path logicalcluster.
 	}
 	return nil
 }
+
+// BindAPIExport creates (or updates) an APIBinding named like the export in
+// the consumer workspace, accepting every permission claim the export makes
+// now, and waits until it is bound and ready.
+func BindAPIExport(ctx context.Context, cfg *rest.Config, consumer, exportPath logicalcluster.Path, exportName string) error {
+	client, err := KCPClient(cfg)
+	if err != nil {
+		return err
+	}
+	export, err := client.Cluster(exportPath).ApisV1alpha2().APIExports().Get(ctx, exportName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("cannot read APIExport %s|%s: %w", exportPath, exportName, err)
+	}
+	var claims []apisv1alpha2.AcceptablePermissionClaim
+	for _, c := range export.Spec.PermissionClaims {
+		claims = append(claims, apisv1alpha2.AcceptablePermissionClaim{
+			ScopedPermissionClaim: apisv1alpha2.ScopedPermissionClaim{
+				PermissionClaim: c, Selector: apisv1alpha2.PermissionClaimSelector{MatchAll: true},
+			},
+			State: apisv1alpha2.ClaimAccepted,
+		})
+	}
+	bindings := client.Cluster(consumer).ApisV1alpha2().APIBindings()
+	binding := &apisv1alpha2.APIBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: exportName},
+		Spec: apisv1alpha2.APIBindingSpec{
+			Reference:        apisv1alpha2.BindingReference{Export: &apisv1alpha2.ExportBindingReference{Path: exportPath.String(), Name: exportName}},
+			PermissionClaims: claims,
+		},
+	}
+	existing, err := bindings.Get(ctx, exportName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = bindings.Create(ctx, binding, metav1.CreateOptions{})
+	case err == nil:
+		existing.Spec.PermissionClaims = claims
+		_, err = bindings.Update(ctx, existing, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("cannot bind %s in %s: %w", exportName, consumer, err)
+	}
+	return Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+		b, err := bindings.Get(ctx, exportName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if b.Status.Phase != apisv1alpha2.APIBindingPhaseBound {
+			return false, fmt.Sprintf("APIBinding phase %q, conditions %v", b.Status.Phase, b.Status.Conditions)
+		}
+		for _, c := range b.Status.Conditions {
+			if c.Type == "Ready" && c.Status == "True" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("APIBinding not Ready: %v", b.Status.Conditions)
+	})
+}

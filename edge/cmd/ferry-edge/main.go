@@ -1,5 +1,5 @@
-// Command ferry-edge runs in a service cluster: it dials the ferry broker
-// and keeps the link to it alive.
+// Command ferry-edge runs in a service cluster: it publishes the CRDs its
+// PublishedResources name through the ferry broker it dials.
 package main
 
 import (
@@ -10,9 +10,18 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/discovery"
+	"golang.org/x/sync/errgroup"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ferry-dev/ferry/edge/client"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/edge/stream"
+	"github.com/ferry-dev/ferry/edge/publish"
 	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/version"
@@ -40,17 +49,38 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	// The service cluster is not used by the link yet; checking it at start
-	// tells the operator early when the kubeconfig does not work.
-	if dc, err := discovery.NewDiscoveryClientForConfig(completed.Service); err != nil {
-		log.Error(err, "cannot build a client for the service cluster")
-	} else if v, err := dc.ServerVersion(); err != nil {
-		log.Error(err, "cannot reach the service cluster")
-	} else {
-		log.Info("service cluster reachable", "serverVersion", v.GitVersion)
+	if opts.InstallCRDs {
+		installCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := publish.InstallCRD(installCtx, completed.Service)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 
-	c := client.New(client.Options{
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, ferryv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+	mgr, err := ctrl.NewManager(completed.Service, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&ferryv1alpha1.PublishedResource{}: {Label: completed.Selector},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("cannot set up the controller manager for the service cluster: %w", err)
+	}
+	store := publish.NewStore(opts.BrokerAddress)
+	if err := (&publish.Reconciler{Client: mgr.GetClient(), Store: store, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	link := stream.New(stream.Options{
 		BrokerAddress:     opts.BrokerAddress,
 		TLS:               completed.TLS,
 		AgentName:         opts.AgentName,
@@ -58,9 +88,14 @@ func run(args []string) error {
 		MaxMessageBytes:   opts.MaxMessageBytes,
 		Backoff:           &backoff.Exponential{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 		StableAfter:       30 * time.Second,
+		Handler:           store,
 		Log:               log,
 	})
-	err = c.Run(ctx)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return mgr.Start(gctx) })
+	g.Go(func() error { return link.Run(gctx) })
+	err = g.Wait()
 	log.Info("stopped")
 	return err
 }

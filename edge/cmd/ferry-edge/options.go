@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,6 +29,8 @@ type Options struct {
 	MaxMessageBytes   uint32
 	BackoffInitial    time.Duration
 	BackoffMax        time.Duration
+	Selector          string
+	InstallCRDs       bool
 	Zap               zap.Options
 }
 
@@ -38,6 +41,7 @@ func NewOptions() *Options {
 		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
 		BackoffInitial:    250 * time.Millisecond,
 		BackoffMax:        5 * time.Second,
+		InstallCRDs:       true,
 	}
 }
 
@@ -54,6 +58,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from the broker, in bytes.")
 	fs.DurationVar(&o.BackoffInitial, "reconnect-initial-delay", o.BackoffInitial, "Upper bound of the first reconnect delay (full jitter).")
 	fs.DurationVar(&o.BackoffMax, "reconnect-max-delay", o.BackoffMax, "Upper bound of any reconnect delay (full jitter).")
+	fs.StringVar(&o.Selector, "published-resource-selector", o.Selector, "Label selector: this edge handles only matching PublishedResources (several edges can share a cluster).")
+	fs.BoolVar(&o.InstallCRDs, "install-crds", o.InstallCRDs, "Create or update the PublishedResource CRD at start.")
 	cli.AddLogFlags(fs, &o.Zap)
 }
 
@@ -81,6 +87,9 @@ func (o *Options) Validate() error {
 	if o.MaxMessageBytes < protocol.MinMaxMessageBytes {
 		errs = append(errs, fmt.Errorf("--max-message-bytes must be at least %d", protocol.MinMaxMessageBytes))
 	}
+	if _, err := labels.Parse(o.Selector); err != nil {
+		errs = append(errs, fmt.Errorf("--published-resource-selector: %w", err))
+	}
 	if o.BackoffInitial <= 0 || o.BackoffMax < o.BackoffInitial {
 		errs = append(errs, errors.New("--reconnect-initial-delay must be positive and at most --reconnect-max-delay"))
 	}
@@ -90,8 +99,9 @@ func (o *Options) Validate() error {
 // Completed holds what the options point at, loaded and checked.
 type Completed struct {
 	*Options
-	TLS     *tls.Config
-	Service *rest.Config
+	TLS      *tls.Config
+	Service  *rest.Config
+	Selector labels.Selector
 }
 
 // Complete loads the certificates and the service cluster's kubeconfig.
@@ -108,5 +118,9 @@ func (o *Options) Complete() (*Completed, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Completed{Options: o, TLS: tlsCfg, Service: svc}, nil
+	selector, err := labels.Parse(o.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("--published-resource-selector: %w", err)
+	}
+	return &Completed{Options: o, TLS: tlsCfg, Service: svc, Selector: selector}, nil
 }

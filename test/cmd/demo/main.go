@@ -17,16 +17,20 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
+	kcpclient "github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/pkg/devpki"
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
 const (
 	providerWorkspace = "demo-provider"
+	consumerWorkspace = "demo-consumer"
 	exportName        = "demo.ferry.dev"
+	examples          = "deploy/examples"
 )
 
 func main() {
@@ -144,6 +148,31 @@ func run(dir string) (err error) {
 		return fmt.Errorf("edge did not connect (logs in %s): %w", logDir, err)
 	}
 
+	step("publishing the sample Database CRD (" + examples + ")")
+	for _, f := range []string{"database-crd.yaml", "database-publishedresource.yaml"} {
+		if err := framework.ApplyFile(ctx, svc.Config, filepath.Join(examples, f)); err != nil {
+			return err
+		}
+	}
+	pr, err := framework.WaitPublishedCondition(ctx, svc.Config, "databases", metav1.ConditionTrue, "", time.Minute)
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, logDir)
+	}
+	fmt.Printf("    published as %s (schema %s)\n", pr.Status.ServedResource, pr.Status.ResourceSchemaName)
+
+	step("binding the APIExport in workspace root:" + consumerWorkspace)
+	consumer, err := framework.CreateWorkspace(ctx, kcp.Config, "root", consumerWorkspace)
+	if err != nil {
+		return err
+	}
+	if err := framework.BindAPIExport(ctx, kcp.Config, consumer, provider, exportName); err != nil {
+		return err
+	}
+
+	kcpBase, err := kcpclient.BaseHost(kcp.Config.Host)
+	if err != nil {
+		return err
+	}
 	envFile := filepath.Join(dir, "env")
 	env := fmt.Sprintf(`export KCP_KUBECONFIG=%q
 export SERVICE_KUBECONFIG=%q
@@ -154,16 +183,17 @@ export FERRY_EDGE_KEY=%q
 export FERRY_ADMIN_CERT=%q
 export FERRY_ADMIN_KEY=%q
 export GRPCURL=%q
+export KCP_SERVER=%q
 `, kcp.Kubeconfig, svc.Kubeconfig, broker.Address,
 		filepath.Join(pkiDir, devpki.CACertFile),
 		devpki.CertFile(pkiDir, "edge"), devpki.KeyFile(pkiDir, "edge"),
 		devpki.CertFile(pkiDir, "admin"), devpki.KeyFile(pkiDir, "admin"),
-		bins.Grpcurl)
+		bins.Grpcurl, kcpBase)
 	if err := os.WriteFile(envFile, []byte(env), 0o644); err != nil {
 		return err
 	}
 	fmt.Printf(`
-ferry demo is running; the edge is connected to the broker.
+ferry demo is running: the edge is connected, the sample CRD is published and bound in root:%[4]s.
 
 In another shell:
   source %[1]s
@@ -175,13 +205,16 @@ In another shell:
   # the broker's view of its edges, with the admin certificate
   $GRPCURL -cacert $FERRY_CA -cert $FERRY_ADMIN_CERT -key $FERRY_ADMIN_KEY $BROKER_ADDR ferry.v1alpha1.AdminService/ListEdges
 
-  # kcp and the service cluster
-  kubectl --kubeconfig $KCP_KUBECONFIG --server "$(kubectl --kubeconfig $KCP_KUBECONFIG config view --minify -o jsonpath='{.clusters[0].cluster.server}' | sed 's#/clusters/.*##')/clusters/root:%[2]s" get apiexports
-  kubectl --kubeconfig $SERVICE_KUBECONFIG get namespaces
+  # the service cluster: the sample CRD and its PublishedResource
+  kubectl --kubeconfig $SERVICE_KUBECONFIG get publishedresources
+
+  # kcp: the APIExport and its schema, and the projected kind in the consumer workspace
+  kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[2]s get apiexports,apiresourceschemas
+  kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s api-resources --api-group %[5]s
 
 Logs: %[3]s
 Press Ctrl-C to stop.
-`, envFile, providerWorkspace, logDir)
+`, envFile, providerWorkspace, logDir, consumerWorkspace, exportName)
 
 	select {
 	case <-ctx.Done():

@@ -1,8 +1,8 @@
-// Package client is the edge's side of the edge ↔ broker link: it dials the
+// Package stream is the edge's side of the edge ↔ broker link: it dials the
 // broker over mutually authenticated TLS, runs the handshake, keeps the
 // stream alive with heartbeats and reconnects with exponential backoff and
 // full jitter whenever the stream or the connection ends.
-package client
+package stream
 
 import (
 	"context"
@@ -45,8 +45,27 @@ type Options struct {
 	// StableAfter is how long a stream must last before a later failure
 	// starts the backoff from the beginning again. Optional.
 	StableAfter time.Duration
+	// Handler holds the edge's state behind the stream.
+	Handler Handler
 	// Log receives the client's logs.
 	Log logr.Logger
+}
+
+// Handler is the edge's state behind the stream: what to send and what to do
+// with the broker's messages. All calls come from the client's stream loop,
+// one at a time; implementations must not block on the network.
+type Handler interface {
+	// Connected is called after each accepted handshake.
+	Connected(hello *ferryv1.BrokerHello)
+	// Disconnected is called when an accepted stream ends.
+	Disconnected()
+	// Pending is signalled when Outgoing has messages.
+	Pending() <-chan struct{}
+	// Outgoing returns the messages to send now.
+	Outgoing() []*ferryv1.ConnectRequest
+	// Handle processes a broker message other than heartbeats and hellos;
+	// an error ends the stream.
+	Handle(msg *ferryv1.ConnectResponse) error
 }
 
 // Client keeps one stream to the broker open. Run it once.
@@ -142,6 +161,8 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 		"virtualWorkspaceReady", export.GetVirtualWorkspaceReady(),
 		"waitingFor", export.GetWaitingFor())
 
+	c.opts.Handler.Connected(hello)
+	defer c.opts.Handler.Disconnected()
 	return true, c.serve(streamCtx, stream, r, interval)
 }
 
@@ -182,6 +203,12 @@ func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectCl
 			if err := c.handle(msg); err != nil {
 				return err
 			}
+		case <-c.opts.Handler.Pending():
+			for _, m := range c.opts.Handler.Outgoing() {
+				if err := stream.Send(m); err != nil {
+					return sendFailed(r, err)
+				}
+			}
 		case <-clock.Beat:
 			err := stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Heartbeat{Heartbeat: clock.Heartbeat()}})
 			if err != nil {
@@ -193,23 +220,24 @@ func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectCl
 	}
 }
 
-// handle processes one broker message. Messages of features this edge does
-// not implement yet end the stream, so the broker never believes they were
+// handle processes one broker message; the handler gets everything but
+// liveness and handshake messages, and ends the stream on messages of
+// features it does not implement, so the broker never believes they were
 // applied.
 func (c *Client) handle(msg *ferryv1.ConnectResponse) error {
 	switch m := msg.GetMessage().(type) {
 	case *ferryv1.ConnectResponse_Heartbeat:
 		return nil
 	case *ferryv1.ConnectResponse_ExportStatus:
-		c.opts.Log.Info("APIExport status changed", "logicalCluster", m.ExportStatus.GetLogicalCluster(),
+		c.opts.Log.Info("APIExport status changed", logging.KeyLogicalCluster, m.ExportStatus.GetLogicalCluster(),
 			"virtualWorkspaceReady", m.ExportStatus.GetVirtualWorkspaceReady(), "waitingFor", m.ExportStatus.GetWaitingFor())
-		return nil
+		return c.opts.Handler.Handle(msg)
 	case *ferryv1.ConnectResponse_Hello:
 		return errors.New("protocol error: the broker sent a second BrokerHello")
 	case nil:
 		return errors.New("protocol error: broker message without payload")
 	default:
-		return fmt.Errorf("protocol error: this edge does not handle %T yet", m)
+		return c.opts.Handler.Handle(msg)
 	}
 }
 

@@ -1,0 +1,296 @@
+package publish
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/projection"
+)
+
+// Field indexes: CRDs and PublishedResources by "group/kind".
+const (
+	crdGroupKindIndex = "ferry.dev/crd-group-kind"
+	prGroupKindIndex  = "ferry.dev/published-group-kind"
+)
+
+// placeholderGroup stands in for the APIExport's name while the edge has not
+// learned it yet; it only serves validation, nothing is sent with it.
+const placeholderGroup = "pending.ferry.dev"
+
+// Reconciler publishes PublishedResources through the Store.
+type Reconciler struct {
+	Client client.Client
+	Store  *Store
+	Log    logr.Logger
+}
+
+// SetupWithManager registers the controller and its indexes.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &apiextensionsv1.CustomResourceDefinition{}, crdGroupKindIndex, func(o client.Object) []string {
+		crd := o.(*apiextensionsv1.CustomResourceDefinition)
+		return []string{crd.Spec.Group + "/" + crd.Spec.Names.Kind}
+	}); err != nil {
+		return fmt.Errorf("cannot index CRDs: %w", err)
+	}
+	if err := idx.IndexField(ctx, &ferryv1alpha1.PublishedResource{}, prGroupKindIndex, func(o client.Object) []string {
+		pr := o.(*ferryv1alpha1.PublishedResource)
+		return []string{pr.Spec.Resource.APIGroup + "/" + pr.Spec.Resource.Kind}
+	}); err != nil {
+		return fmt.Errorf("cannot index PublishedResources: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("publish").
+		// Own status writes change no generation and trigger nothing.
+		For(&ferryv1alpha1.PublishedResource{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(r.forCRD)).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueueOfRequests) error {
+			r.Store.Start(q)
+			return nil
+		})).
+		Complete(r)
+}
+
+// forCRD maps a CRD to the PublishedResources that name its group and kind,
+// and to all PublishedResources in conflict checks (a new CRD can change
+// which of two PublishedResources wins).
+func (r *Reconciler) forCRD(ctx context.Context, o client.Object) []reconcile.Request {
+	crd := o.(*apiextensionsv1.CustomResourceDefinition)
+	var list ferryv1alpha1.PublishedResourceList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{prGroupKindIndex: crd.Spec.Group + "/" + crd.Spec.Names.Kind}); err != nil {
+		r.Log.Error(err, "cannot list PublishedResources for CRD", "crd", crd.Name)
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, pr := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pr)})
+	}
+	return out
+}
+
+// Reconcile validates one PublishedResource, hands it to the Store and
+// writes its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var pr ferryv1alpha1.PublishedResource
+	if err := r.Client.Get(ctx, req.NamespacedName, &pr); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Store.Remove(req.Name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if !pr.DeletionTimestamp.IsZero() {
+		r.Store.Remove(pr.Name)
+		return reconcile.Result{}, nil
+	}
+	st := r.Store.Status(pr.Name)
+	group := st.ExportName
+	if group == "" {
+		group = placeholderGroup
+	}
+
+	crd, err := r.findCRD(ctx, pr.Spec.Resource)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if crd == nil {
+		r.Store.Remove(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonCRDNotFound,
+			fmt.Sprintf("no CRD defines kind %s in group %s on the service cluster; publishing starts by itself once it exists",
+				pr.Spec.Resource.Kind, pr.Spec.Resource.APIGroup), nil)
+	}
+	proj, err := projection.Project(&pr.Spec, crd, group)
+	if err != nil {
+		r.Store.Remove(pr.Name)
+		var pe *projection.Error
+		if errors.As(err, &pe) {
+			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, pe.Reason, pe.Message, nil)
+		}
+		return reconcile.Result{}, err
+	}
+	winner, err := r.olderClaimant(ctx, &pr, proj.Resource.Resource, group)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if winner != "" {
+		r.Store.Remove(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonSchemaConflict,
+			fmt.Sprintf("PublishedResource %q also projects onto resource %q and is older; change this one's projection (kind or plural)",
+				winner, proj.Resource.Resource), nil)
+	}
+
+	msg, err := newPublish(&pr, crd)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	r.Store.Set(msg)
+
+	res := st.Result
+	switch {
+	case res != nil && res.GetRevision() == msg.GetRevision():
+		return reconcile.Result{}, r.statusFromResult(ctx, &pr, crd, res)
+	case !st.Connected:
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonBrokerUnavailable,
+			fmt.Sprintf("not connected to the broker at %s; publishing as soon as the edge connects", st.BrokerAddress), nil)
+	default:
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonPending,
+			"sent to the broker; waiting for its answer", nil)
+	}
+}
+
+func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition, res *ferryv1.PublishResult) error {
+	switch res.GetState() {
+	case ferryv1.PublishState_PUBLISH_STATE_PUBLISHED:
+		msg := res.GetMessage()
+		if !hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)) {
+			msg += "; the CRD has no status subresource, so no status is synced back"
+		}
+		return r.setStatus(ctx, pr, metav1.ConditionTrue, ferryv1alpha1.ReasonPublished, msg, res)
+	case ferryv1.PublishState_PUBLISH_STATE_FAILED:
+		reason := res.GetReason()
+		if reason == "" {
+			reason = ferryv1alpha1.ReasonBrokerRefused
+		}
+		return r.setStatus(ctx, pr, metav1.ConditionFalse, reason, "broker: "+res.GetMessage(), nil)
+	default:
+		reason := res.GetReason()
+		if reason == "" {
+			reason = ferryv1alpha1.ReasonPending
+		}
+		return r.setStatus(ctx, pr, metav1.ConditionFalse, reason, "broker: "+res.GetMessage(), nil)
+	}
+}
+
+// findCRD returns the CRD defining the source resource, or nil.
+func (r *Reconciler) findCRD(ctx context.Context, src ferryv1alpha1.SourceResource) (*apiextensionsv1.CustomResourceDefinition, error) {
+	var list apiextensionsv1.CustomResourceDefinitionList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{crdGroupKindIndex: src.APIGroup + "/" + src.Kind}); err != nil {
+		return nil, fmt.Errorf("cannot list CRDs: %w", err)
+	}
+	if len(list.Items) == 0 {
+		return nil, nil
+	}
+	return &list.Items[0], nil
+}
+
+// olderClaimant returns the name of an older PublishedResource projecting
+// onto the same plural, or "". Older means earlier creation, then name.
+func (r *Reconciler) olderClaimant(ctx context.Context, pr *ferryv1alpha1.PublishedResource, plural, group string) (string, error) {
+	var list ferryv1alpha1.PublishedResourceList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("cannot list PublishedResources: %w", err)
+	}
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.Name == pr.Name || !other.DeletionTimestamp.IsZero() || !olderThan(other, pr) {
+			continue
+		}
+		crd, err := r.findCRD(ctx, other.Spec.Resource)
+		if err != nil {
+			return "", err
+		}
+		if crd == nil {
+			continue
+		}
+		proj, err := projection.Project(&other.Spec, crd, group)
+		if err == nil && proj.Resource.Resource == plural {
+			return other.Name, nil
+		}
+	}
+	return "", nil
+}
+
+func olderThan(a, b *ferryv1alpha1.PublishedResource) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// setStatus writes the Published condition (and, from a PUBLISHED result,
+// the schema fields) when anything changed.
+func (r *Reconciler) setStatus(ctx context.Context, pr *ferryv1alpha1.PublishedResource, status metav1.ConditionStatus, reason, message string, res *ferryv1.PublishResult) error {
+	updated := pr.DeepCopy()
+	updated.Status.ObservedGeneration = pr.Generation
+	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
+		Type: ferryv1alpha1.ConditionPublished, Status: status, Reason: reason, Message: message, ObservedGeneration: pr.Generation,
+	})
+	if res != nil {
+		gvr := res.GetServedResource()
+		updated.Status.ResourceSchemaName = res.GetResourceSchemaName()
+		updated.Status.ProjectedKind = res.GetProjectedKind()
+		updated.Status.ServedResource = gvr.GetResource() + "." + gvr.GetGroup() + "/" + gvr.GetVersion()
+	}
+	if equality.Semantic.DeepEqual(pr.Status, updated.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("cannot update status of PublishedResource %s: %w", pr.Name, err)
+	}
+	return nil
+}
+
+// newPublish builds the Publish for pr: its spec and the CRD reduced to the
+// selected versions, without server-managed metadata or status, so that the
+// revision changes only when what is published changes.
+func newPublish(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) (*ferryv1.Publish, error) {
+	selected := projection.SelectedVersions(&pr.Spec.Resource)
+	reduced := &apiextensionsv1.CustomResourceDefinition{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
+		ObjectMeta: metav1.ObjectMeta{Name: crd.Name},
+		Spec:       *crd.Spec.DeepCopy(),
+	}
+	reduced.Spec.Versions = slices.DeleteFunc(reduced.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
+		return !slices.Contains(selected, v.Name)
+	})
+	spec, err := json.Marshal(pr.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode spec of %s: %w", pr.Name, err)
+	}
+	crdJSON, err := json.Marshal(reduced)
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode CRD %s: %w", crd.Name, err)
+	}
+	sum := sha256.New()
+	sum.Write(spec)
+	sum.Write([]byte{0})
+	sum.Write(crdJSON)
+	return &ferryv1.Publish{
+		PublishedResource:        pr.Name,
+		Generation:               pr.Generation,
+		Spec:                     spec,
+		CustomResourceDefinition: crdJSON,
+		Revision:                 hex.EncodeToString(sum.Sum(nil))[:16],
+	}, nil
+}
+
+func hasStatusSubresource(crd *apiextensionsv1.CustomResourceDefinition, versions []string) bool {
+	for _, v := range crd.Spec.Versions {
+		if slices.Contains(versions, v.Name) && (v.Subresources == nil || v.Subresources.Status == nil) {
+			return false
+		}
+	}
+	return true
+}
+

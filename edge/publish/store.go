@@ -1,0 +1,212 @@
+package publish
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+)
+
+// Store is what the publish controller and the broker stream share: the
+// Publish each PublishedResource wants sent, the broker's latest result for
+// each, and the connection state. The controller writes desired state; the
+// stream sends it whenever it changes and again after every reconnect, so
+// nothing is lost across connection drops. Safe for concurrent use.
+type Store struct {
+	brokerAddress string
+
+	mu        sync.Mutex
+	desired   map[string]*ferryv1.Publish
+	dirty     map[string]struct{} // to send: a Publish, or an Unpublish when not desired
+	results   map[string]*ferryv1.PublishResult
+	connected bool
+	export    *ferryv1.ExportStatus
+	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+	pending chan struct{}
+}
+
+// NewStore returns an empty store; brokerAddress is only used in messages.
+func NewStore(brokerAddress string) *Store {
+	return &Store{
+		brokerAddress: brokerAddress,
+		desired:       map[string]*ferryv1.Publish{},
+		dirty:         map[string]struct{}{},
+		results:       map[string]*ferryv1.PublishResult{},
+		pending:       make(chan struct{}, 1),
+	}
+}
+
+// Set makes msg the Publish of its PublishedResource; an identical one is
+// not sent again.
+func (s *Store) Set(msg *ferryv1.Publish) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := msg.GetPublishedResource()
+	if old, ok := s.desired[name]; ok && proto.Equal(old, msg) {
+		return
+	}
+	s.desired[name] = msg
+	s.markDirty(name)
+}
+
+// Remove withdraws a PublishedResource (sends Unpublish if it was sent).
+func (s *Store) Remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.desired[name]; !ok {
+		return
+	}
+	delete(s.desired, name)
+	delete(s.results, name)
+	s.markDirty(name)
+}
+
+func (s *Store) markDirty(name string) {
+	s.dirty[name] = struct{}{}
+	if s.connected {
+		select {
+		case s.pending <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Status is what the controller needs to write a PublishedResource's status.
+type Status struct {
+	// Result is the broker's latest answer for the PublishedResource, if any.
+	Result *ferryv1.PublishResult
+	// Connected tells whether a stream to the broker is open.
+	Connected bool
+	// ExportName is the APIExport's name (the API group in kcp), once known.
+	ExportName string
+	// ExportWorkspace is the APIExport's workspace path, once known.
+	ExportWorkspace string
+	// BrokerAddress is where the edge connects to.
+	BrokerAddress string
+}
+
+// Status returns the state for the PublishedResource name.
+func (s *Store) Status(name string) Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Status{
+		Result:          s.results[name],
+		Connected:       s.connected,
+		ExportName:      s.export.GetExport().GetName(),
+		ExportWorkspace: s.export.GetExport().GetWorkspacePath(),
+		BrokerAddress:   s.brokerAddress,
+	}
+}
+
+// Start hands the controller's queue to the store (a source.Func), so that
+// broker answers and connection changes requeue PublishedResources.
+func (s *Store) Start(queue workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = queue
+}
+
+// requeue asks the controller to look at names again. Called with s.mu held.
+func (s *Store) requeue(names ...string) {
+	if s.queue == nil {
+		return
+	}
+	for _, n := range names {
+		s.queue.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
+	}
+}
+
+// Connected is called by the stream after each accepted handshake: every
+// desired Publish is sent again (the broker keeps no per-edge state across
+// streams) and every PublishedResource is reconciled.
+func (s *Store) Connected(hello *ferryv1.BrokerHello) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.connected = true
+	s.export = hello.GetExport()
+	for name := range s.desired {
+		s.dirty[name] = struct{}{}
+	}
+	select {
+	case s.pending <- struct{}{}:
+	default:
+	}
+	// The export name may be new to the controller (projection needs it).
+	s.requeue(s.namesLocked()...)
+}
+
+// Disconnected is called by the stream when it ends.
+func (s *Store) Disconnected() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.connected = false
+	s.requeue(s.namesLocked()...)
+}
+
+func (s *Store) namesLocked() []string {
+	names := make([]string, 0, len(s.desired))
+	for n := range s.desired {
+		names = append(names, n)
+	}
+	return names
+}
+
+// Pending is signalled when Outgoing has something to send.
+func (s *Store) Pending() <-chan struct{} { return s.pending }
+
+// Outgoing returns the messages to send now, in name order, and considers
+// them sent: if the stream fails, Connected re-sends everything.
+func (s *Store) Outgoing() []*ferryv1.ConnectRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.connected {
+		return nil
+	}
+	names := make([]string, 0, len(s.dirty))
+	for n := range s.dirty {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]*ferryv1.ConnectRequest, 0, len(names))
+	for _, n := range names {
+		if msg, ok := s.desired[n]; ok {
+			out = append(out, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Publish{Publish: msg}})
+		} else {
+			out = append(out, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Unpublish{
+				Unpublish: &ferryv1.Unpublish{PublishedResource: n},
+			}})
+		}
+	}
+	clear(s.dirty)
+	return out
+}
+
+// Handle takes the broker messages that concern publishing.
+func (s *Store) Handle(msg *ferryv1.ConnectResponse) error {
+	switch m := msg.GetMessage().(type) {
+	case *ferryv1.ConnectResponse_PublishResult:
+		r := m.PublishResult
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.desired[r.GetPublishedResource()]; !ok {
+			return nil // withdrawn meanwhile
+		}
+		s.results[r.GetPublishedResource()] = r
+		s.requeue(r.GetPublishedResource())
+		return nil
+	case *ferryv1.ConnectResponse_ExportStatus:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.export = m.ExportStatus
+		return nil
+	default:
+		return fmt.Errorf("protocol error: this edge does not handle %T yet", m)
+	}
+}

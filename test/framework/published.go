@@ -1,0 +1,73 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+)
+
+// PublishedResourceGVR is the PublishedResource's resource.
+var PublishedResourceGVR = schema.GroupVersionResource{Group: "ferry.dev", Version: "v1alpha1", Resource: "publishedresources"}
+
+// GetPublishedResource reads a PublishedResource from the service cluster.
+func GetPublishedResource(ctx context.Context, cfg *rest.Config, name string) (*ferryv1alpha1.PublishedResource, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	u, err := dyn.Resource(PublishedResourceGVR).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var pr ferryv1alpha1.PublishedResource
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &pr); err != nil {
+		return nil, err
+	}
+	return &pr, nil
+}
+
+// WaitPublishedCondition waits until the PublishedResource's Published
+// condition has status and reason (reason "" matches any) for its current
+// generation, and returns the object.
+func WaitPublishedCondition(ctx context.Context, cfg *rest.Config, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) (*ferryv1alpha1.PublishedResource, error) {
+	var got *ferryv1alpha1.PublishedResource
+	err := Eventually(ctx, timeout, 100*time.Millisecond, func(ctx context.Context) (bool, string) {
+		pr, err := GetPublishedResource(ctx, cfg, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range pr.Status.Conditions {
+			if c.Type != ferryv1alpha1.ConditionPublished {
+				continue
+			}
+			if c.Status == status && (reason == "" || c.Reason == reason) && c.ObservedGeneration == pr.Generation {
+				got = pr
+				return true, ""
+			}
+			return false, fmt.Sprintf("Published=%s reason %s (generation %d/%d): %s", c.Status, c.Reason, c.ObservedGeneration, pr.Generation, c.Message)
+		}
+		return false, "no Published condition yet"
+	})
+	if err != nil {
+		return nil, fmt.Errorf("PublishedResource %s: %w", name, err)
+	}
+	return got, nil
+}
+
+// ToUnstructured converts a typed object for Apply.
+func ToUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
