@@ -140,13 +140,17 @@ type ResourceProjection struct {
 	// +kubebuilder:validation:MaxLength=63
 	Plural string `json:"plural,omitempty"`
 
-	// ShortNames replace the CRD's short names; an empty list removes them.
+	// ShortNames replace the CRD's short names; an empty list removes them,
+	// null or absent keeps them.
 	// +optional
+	// +nullable
 	// +listType=set
 	ShortNames []string `json:"shortNames"` // no omitempty: [] (remove all) differs from unset
 
-	// Categories replace the CRD's categories; an empty list removes them.
+	// Categories replace the CRD's categories; an empty list removes them,
+	// null or absent keeps them.
 	// +optional
+	// +nullable
 	// +listType=set
 	Categories []string `json:"categories"` // no omitempty: [] (remove all) differs from unset
 

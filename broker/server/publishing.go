@@ -99,6 +99,8 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			}
 		} else {
 			w.queue.Forget(name)
+			w.log.Info("publish applied", "publishedResource", name, "revision", res.GetRevision(),
+				"state", res.GetState().String(), "reason", res.GetReason(), "schema", res.GetResourceSchemaName())
 		}
 		select {
 		case w.results <- res:

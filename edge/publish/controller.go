@@ -293,4 +293,3 @@ func hasStatusSubresource(crd *apiextensionsv1.CustomResourceDefinition, version
 	}
 	return true
 }
-

@@ -120,6 +120,27 @@ func waitLog(t *testing.T, p *framework.Process, timeout time.Duration, substrs 
 	return found
 }
 
+// waitLogCount waits until at least n lines of p's log contain all of substrs.
+func waitLogCount(t *testing.T, p *framework.Process, timeout time.Duration, n int, substrs ...string) {
+	t.Helper()
+	err := framework.Eventually(context.Background(), timeout, 100*time.Millisecond, func(context.Context) (bool, string) {
+		data, err := os.ReadFile(p.LogFile)
+		if err != nil {
+			return false, err.Error()
+		}
+		count := 0
+		for _, line := range strings.Split(string(data), "\n") {
+			if containsAll(line, substrs) {
+				count++
+			}
+		}
+		return count >= n, fmt.Sprintf("%d of %d lines of %s contain all of %q", count, n, p.LogFile, substrs)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func containsAll(s string, subs []string) bool {
 	for _, sub := range subs {
 		if !strings.Contains(s, sub) {

@@ -20,8 +20,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
-	"github.com/ferry-dev/ferry/edge/stream"
 	"github.com/ferry-dev/ferry/edge/publish"
+	"github.com/ferry-dev/ferry/edge/stream"
 	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/version"
@@ -53,6 +53,9 @@ func run(args []string) error {
 		installCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		err := publish.InstallCRD(installCtx, completed.Service)
 		cancel()
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
+	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
+	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
+	"github.com/kcp-dev/logicalcluster/v3"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/test/framework"
+)
+
+// pubEnv is a broker and an edge serving a fresh APIExport. The edge only
+// handles PublishedResources labelled for the test, so tests sharing the
+// service cluster do not see each other's.
+type pubEnv struct {
+	export config.APIExportRef
+	broker *framework.Broker
+	edge   *framework.Process
+	label  string
+	kcp    kcpclientset.ClusterInterface
+	path   logicalcluster.Path
+	pki    string
+}
+
+const testLabel = "e2e.ferry.dev/test"
+
+func newPubEnv(t *testing.T) *pubEnv {
+	t.Helper()
+	e := &pubEnv{export: newExport(t), label: sanitize(t.Name()), path: env.provider}
+	if len(e.label) > 63 {
+		e.label = e.label[:63]
+	}
+	e.pki = newPKI(t, "pki", "edge", "admin")
+	e.broker = startBroker(t, e.pki, config.Config{
+		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: e.export}},
+		Admins: []string{devpki.IdentityFor("admin")},
+	})
+	e.edge = e.startEdge(t)
+	// Connected implies the edge installed the PublishedResource CRD.
+	if _, err := framework.WaitEdgeState(context.Background(), adminConn(t, e.broker, e.pki), devpki.IdentityFor("edge"),
+		ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if e.kcp, err = framework.KCPClient(env.kcp.Config); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *pubEnv) startEdge(t *testing.T) *framework.Process {
+	t.Helper()
+	return startEdge(t, "edge", e.pki, "edge", e.broker.Address, "--published-resource-selector", testLabel+"="+e.label)
+}
+
+// apply server-side-applies a typed object to the service cluster.
+func apply(t *testing.T, obj runtime.Object) {
+	t.Helper()
+	u, err := framework.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Apply(context.Background(), env.service.Config, u); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publish applies a PublishedResource labelled for this environment.
+func (e *pubEnv) publish(t *testing.T, name string, spec ferryv1alpha1.PublishedResourceSpec) {
+	t.Helper()
+	apply(t, &ferryv1alpha1.PublishedResource{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "ferry.dev/v1alpha1", Kind: "PublishedResource"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{testLabel: e.label}},
+		Spec:       spec,
+	})
+}
+
+func (e *pubEnv) waitCondition(t *testing.T, name string, status metav1.ConditionStatus, reason string) *ferryv1alpha1.PublishedResource {
+	t.Helper()
+	pr, err := framework.WaitPublishedCondition(context.Background(), env.service.Config, name, status, reason, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}
+
+// schemas lists the APIResourceSchemas of this environment's APIExport group
+// for plural.
+func (e *pubEnv) schemas(t *testing.T, plural string) []apisv1alpha1.APIResourceSchema {
+	t.Helper()
+	list, err := e.kcp.Cluster(e.path).ApisV1alpha1().APIResourceSchemas().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []apisv1alpha1.APIResourceSchema
+	for _, s := range list.Items {
+		if strings.HasSuffix(s.Name, "."+plural+"."+e.export.Name) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (e *pubEnv) apiExport(t *testing.T) *apisv1alpha2.APIExport {
+	t.Helper()
+	ex, err := e.kcp.Cluster(e.path).ApisV1alpha2().APIExports().Get(context.Background(), e.export.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex
+}
+
+// exportSchema returns the schema the APIExport lists for group/plural, or "".
+func exportSchema(ex *apisv1alpha2.APIExport, group, plural string) string {
+	for _, r := range ex.Spec.Resources {
+		if r.Group == group && r.Name == plural {
+			return r.Schema
+		}
+	}
+	return ""
+}
+
+// testCRD is a CRD in group with the given versions (the first is the
+// storage version); each version's spec has a field named after it, so
+// tests can tell the schemas apart.
+func testCRD(group, kind, plural string, scope apiextensionsv1.ResourceScope, versions ...string) *apiextensionsv1.CustomResourceDefinition {
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
+		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{
+				Kind: kind, ListKind: kind + "List", Plural: plural, Singular: strings.ToLower(kind),
+				ShortNames: []string{strings.ToLower(kind)[:3]}, Categories: []string{"source-category"},
+			},
+			Scope: scope,
+		},
+	}
+	for i, v := range versions {
+		crd.Spec.Versions = append(crd.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{
+			Name: v, Served: true, Storage: i == 0,
+			Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+				Type: "object",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"field" + strings.ToUpper(v[:1]) + v[1:]: {Type: "string"},
+					}},
+					"status": {Type: "object", XPreserveUnknownFields: ptr(true)},
+				},
+			}},
+		})
+	}
+	return crd
+}
+
+func ptr[T any](v T) *T { return &v }
