@@ -68,7 +68,7 @@ func TestEdgeManifestIsAccepted(t *testing.T) {
 		}
 		applied++
 	}
-	if applied != 3 {
-		t.Errorf("applied %d objects, want 3 (Namespace, ServiceAccount, Deployment)", applied)
+	if applied != 5 {
+		t.Errorf("applied %d objects, want 5 (Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment)", applied)
 	}
 }

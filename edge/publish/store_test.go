@@ -1,0 +1,109 @@
+package publish
+
+import (
+	"testing"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+)
+
+func pub(name, rev string) *ferryv1.Publish {
+	return &ferryv1.Publish{PublishedResource: name, Revision: rev, Spec: []byte("{}"), CustomResourceDefinition: []byte("{}")}
+}
+
+// sent summarises Outgoing as "publish:name@rev" / "unpublish:name".
+func sent(s *Store) []string {
+	var out []string
+	for _, m := range s.Outgoing() {
+		switch {
+		case m.GetPublish() != nil:
+			out = append(out, "publish:"+m.GetPublish().GetPublishedResource()+"@"+m.GetPublish().GetRevision())
+		case m.GetUnpublish() != nil:
+			out = append(out, "unpublish:"+m.GetUnpublish().GetPublishedResource())
+		}
+	}
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestStoreSendsLatestAndResendsAfterReconnect(t *testing.T) {
+	hello := &ferryv1.BrokerHello{Export: &ferryv1.ExportStatus{Export: &ferryv1.APIExportReference{Name: "g.example.com", WorkspacePath: "root:x"}}}
+	steps := []struct {
+		name string
+		do   func(s *Store)
+		want []string
+	}{
+		{name: "nothing is sent while disconnected", do: func(s *Store) { s.Set(pub("b", "1")); s.Set(pub("a", "1")) }, want: nil},
+		{name: "connect sends everything, in name order", do: func(s *Store) { s.Connected(hello) }, want: []string{"publish:a@1", "publish:b@1"}},
+		{name: "an identical Set is not sent again", do: func(s *Store) { s.Set(pub("a", "1")) }, want: nil},
+		{name: "latest wins", do: func(s *Store) { s.Set(pub("a", "2")); s.Set(pub("a", "3")) }, want: []string{"publish:a@3"}},
+		{name: "remove sends Unpublish", do: func(s *Store) { s.Remove("b") }, want: []string{"unpublish:b"}},
+		{name: "removing the unknown sends nothing", do: func(s *Store) { s.Remove("zzz") }, want: nil},
+		{name: "after a reconnect only what is desired is re-sent", do: func(s *Store) { s.Disconnected(); s.Connected(hello) }, want: []string{"publish:a@3"}},
+	}
+	s := NewStore("broker:9443")
+	for _, st := range steps {
+		st.do(s)
+		if got := sent(s); !equal(got, st.want) {
+			t.Fatalf("%s: sent %v, want %v", st.name, got, st.want)
+		}
+	}
+	if got := s.Status("a"); !got.Connected || got.ExportName != "g.example.com" || got.ExportWorkspace != "root:x" {
+		t.Errorf("status %+v", got)
+	}
+}
+
+func TestStoreResults(t *testing.T) {
+	s := NewStore("broker:9443")
+	s.Connected(&ferryv1.BrokerHello{})
+	s.Set(pub("a", "1"))
+	result := func(name string) *ferryv1.ConnectResponse {
+		return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_PublishResult{PublishResult: &ferryv1.PublishResult{
+			PublishedResource: name, Revision: "1", State: ferryv1.PublishState_PUBLISH_STATE_PUBLISHED,
+		}}}
+	}
+	if err := s.Handle(result("a")); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Status("a").Result; r.GetRevision() != "1" {
+		t.Fatalf("result not stored: %v", r)
+	}
+	// A result for something withdrawn meanwhile is dropped.
+	if err := s.Handle(result("gone")); err != nil || s.Status("gone").Result != nil {
+		t.Fatalf("result for an unknown PublishedResource kept: %v", err)
+	}
+	s.Remove("a")
+	if s.Status("a").Result != nil {
+		t.Error("result survived Remove")
+	}
+	// Messages of features the edge lacks end the stream.
+	if err := s.Handle(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: &ferryv1.SyncIntent{}}}); err == nil {
+		t.Error("an unimplemented message was accepted")
+	}
+}
+
+func TestPendingSignalsOnlyWhenConnected(t *testing.T) {
+	s := NewStore("b")
+	s.Set(pub("a", "1"))
+	select {
+	case <-s.Pending():
+		t.Fatal("signalled while disconnected")
+	default:
+	}
+	s.Connected(&ferryv1.BrokerHello{})
+	select {
+	case <-s.Pending():
+	default:
+		t.Fatal("not signalled after connect")
+	}
+}
