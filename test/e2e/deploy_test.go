@@ -2,18 +2,16 @@ package e2e
 
 import (
 	"context"
-	"errors"
-	"io"
 	"os"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/ferry-dev/ferry/test/framework"
 )
 
 // TestEdgeManifestIsAccepted applies deploy/edge/edge.yaml to the real
@@ -37,19 +35,12 @@ func TestEdgeManifestIsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	objs, err := framework.DecodeYAML(f)
+	if err != nil {
+		t.Fatal(err)
+	}
 	applied := 0
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatal(err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
+	for _, obj := range objs {
 		gvk := obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -63,7 +54,7 @@ func TestEdgeManifestIsAccepted(t *testing.T) {
 				_ = dyn.Resource(m.Resource).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
 			})
 		}
-		if _, err := ri.Create(ctx, &obj, opts); err != nil {
+		if _, err := ri.Create(ctx, obj, opts); err != nil {
 			t.Errorf("%s %s/%s rejected: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 		}
 		applied++
