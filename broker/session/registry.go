@@ -133,17 +133,6 @@ func (r *Registry) ForExport(export config.APIExportRef) (*Session, bool) {
 	return s, ok
 }
 
-// Sessions returns a snapshot of the active sessions.
-func (r *Registry) Sessions() []*Session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]*Session, 0, len(r.byExport))
-	for _, s := range r.byExport {
-		out = append(out, s)
-	}
-	return out
-}
-
 // Close refuses new sessions and ends every active stream.
 func (r *Registry) Close() {
 	r.mu.Lock()

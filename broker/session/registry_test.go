@@ -37,8 +37,8 @@ func TestRegistryOneEdgePerExport(t *testing.T) {
 	if _, err := r.Acquire(second); err != nil {
 		t.Fatalf("acquire after release: %v", err)
 	}
-	if got := len(r.Sessions()); got != 2 {
-		t.Errorf("sessions = %d, want 2", got)
+	if s, ok := r.ForExport(export); !ok || s != second {
+		t.Errorf("ForExport = %v, %v; want the second session", s, ok)
 	}
 }
 

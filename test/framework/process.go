@@ -1,7 +1,6 @@
 package framework
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -70,9 +69,6 @@ func (p *Process) ExitErr() error {
 	return p.err
 }
 
-// Pid is the process id.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
-
 // Signal sends sig to the process group.
 func (p *Process) Signal(sig syscall.Signal) error {
 	err := syscall.Kill(-p.cmd.Process.Pid, sig)
@@ -106,16 +102,6 @@ func (p *Process) Stop(grace time.Duration) error {
 func (p *Process) Kill() {
 	_ = p.Signal(syscall.SIGKILL)
 	<-p.exited
-}
-
-// WaitExit waits until the process exits or ctx ends.
-func (p *Process) WaitExit(ctx context.Context) error {
-	select {
-	case <-p.exited:
-		return p.ExitErr()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // cleanAfterTerm treats "killed by the SIGTERM we sent" as a clean stop:
