@@ -371,6 +371,7 @@ const (
 	ReasonSchemaConflict    = "SchemaConflict"
 	ReasonBrokerUnavailable = "BrokerUnavailable"
 	ReasonBrokerRefused     = "BrokerRefused"
+	ReasonTooLarge          = "TooLarge"
 )
 
 // +kubebuilder:object:root=true

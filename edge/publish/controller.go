@@ -172,7 +172,7 @@ func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.Pub
 		if reason == "" {
 			reason = ferryv1alpha1.ReasonBrokerRefused
 		}
-		return r.setStatus(ctx, pr, metav1.ConditionFalse, reason, "broker: "+res.GetMessage(), nil)
+		return r.setStatus(ctx, pr, metav1.ConditionFalse, reason, res.GetMessage(), nil)
 	default:
 		reason := res.GetReason()
 		if reason == "" {

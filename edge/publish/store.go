@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 )
 
 // Store is what the publish controller and the broker stream share: the
@@ -186,6 +187,27 @@ func (s *Store) Outgoing() []*ferryv1.ConnectRequest {
 	}
 	clear(s.dirty)
 	return out
+}
+
+// TooLarge records a Publish that exceeds the broker's message limit as a
+// failed result, so the PublishedResource's status says so.
+func (s *Store) TooLarge(msg *ferryv1.ConnectRequest, size, limit int) {
+	p := msg.GetPublish()
+	if p == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.desired[p.GetPublishedResource()]; !ok || cur.GetRevision() != p.GetRevision() {
+		return
+	}
+	s.results[p.GetPublishedResource()] = &ferryv1.PublishResult{
+		PublishedResource: p.GetPublishedResource(), Generation: p.GetGeneration(), Revision: p.GetRevision(),
+		State:   ferryv1.PublishState_PUBLISH_STATE_FAILED,
+		Reason:  ferryv1alpha1.ReasonTooLarge,
+		Message: fmt.Sprintf("the CRD's published versions need %d bytes, more than the broker accepts (%d); publish fewer versions or raise --max-message-bytes at the broker", size, limit),
+	}
+	s.requeue(p.GetPublishedResource())
 }
 
 // Handle takes the broker messages that concern publishing.

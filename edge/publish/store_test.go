@@ -107,3 +107,21 @@ func TestPendingSignalsOnlyWhenConnected(t *testing.T) {
 		t.Fatal("not signalled after connect")
 	}
 }
+
+func TestStoreTooLarge(t *testing.T) {
+	s := NewStore("b")
+	s.Connected(&ferryv1.BrokerHello{})
+	s.Set(pub("big", "1"))
+	msgs := s.Outgoing()
+	s.TooLarge(msgs[0], 5000, 4000)
+	r := s.Status("big").Result
+	if r.GetState() != ferryv1.PublishState_PUBLISH_STATE_FAILED || r.GetReason() != "TooLarge" || r.GetRevision() != "1" {
+		t.Fatalf("oversized publish not recorded as failed: %v", r)
+	}
+	// A newer revision is not marked by a report about an older one.
+	s.Set(pub("big", "2"))
+	s.TooLarge(msgs[0], 5000, 4000)
+	if s.Status("big").Result.GetRevision() != "1" {
+		t.Fatal("stale TooLarge report overwrote state")
+	}
+}

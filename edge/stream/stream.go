@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -66,6 +67,9 @@ type Handler interface {
 	// Handle processes a broker message other than heartbeats and hellos;
 	// an error ends the stream.
 	Handle(msg *ferryv1.ConnectResponse) error
+	// TooLarge reports a message from Outgoing that was not sent because it
+	// exceeds the broker's limit.
+	TooLarge(msg *ferryv1.ConnectRequest, size, limit int)
 }
 
 // Client keeps one stream to the broker open. Run it once.
@@ -163,7 +167,7 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 
 	c.opts.Handler.Connected(hello)
 	defer c.opts.Handler.Disconnected()
-	return true, c.serve(streamCtx, stream, r, interval)
+	return true, c.serve(streamCtx, stream, r, interval, int(hello.GetMaxReceiveMessageBytes()))
 }
 
 func receiveHello(r link.Receiver[*ferryv1.ConnectResponse]) (*ferryv1.BrokerHello, error) {
@@ -184,7 +188,7 @@ func receiveHello(r link.Receiver[*ferryv1.ConnectResponse]) (*ferryv1.BrokerHel
 
 // serve runs an accepted stream until it fails or ctx ends.
 func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectClient,
-	r link.Receiver[*ferryv1.ConnectResponse], interval time.Duration,
+	r link.Receiver[*ferryv1.ConnectResponse], interval time.Duration, maxSend int,
 ) error {
 	clock := link.NewClock(interval, protocol.DeadAfter(interval))
 	defer clock.Stop()
@@ -205,6 +209,12 @@ func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectCl
 			}
 		case <-c.opts.Handler.Pending():
 			for _, m := range c.opts.Handler.Outgoing() {
+				// The broker would end the whole stream on an oversized
+				// message; refuse just this one instead.
+				if size := proto.Size(m); maxSend > 0 && size > maxSend {
+					c.opts.Handler.TooLarge(m, size, maxSend)
+					continue
+				}
 				if err := stream.Send(m); err != nil {
 					return sendFailed(r, err)
 				}

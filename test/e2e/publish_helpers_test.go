@@ -36,7 +36,7 @@ type pubEnv struct {
 
 const testLabel = "e2e.ferry.dev/test"
 
-func newPubEnv(t *testing.T) *pubEnv {
+func newPubEnv(t *testing.T, brokerArgs ...string) *pubEnv {
 	t.Helper()
 	e := &pubEnv{export: newExport(t), label: sanitize(t.Name()), path: env.provider}
 	if len(e.label) > 63 {
@@ -46,7 +46,7 @@ func newPubEnv(t *testing.T) *pubEnv {
 	e.broker = startBroker(t, e.pki, config.Config{
 		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: e.export}},
 		Admins: []string{devpki.IdentityFor("admin")},
-	})
+	}, brokerArgs...)
 	e.edge = e.startEdge(t)
 	// Connected implies the edge installed the PublishedResource CRD.
 	if _, err := framework.WaitEdgeState(context.Background(), adminConn(t, e.broker, e.pki), devpki.IdentityFor("edge"),

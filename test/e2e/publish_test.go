@@ -330,3 +330,27 @@ func TestPublishBadInputGetsConditions(t *testing.T) {
 		t.Errorf("version and versions together: want a rejection, got %v", err)
 	}
 }
+
+func TestPublishTooLargeIsReportedWithoutDroppingTheStream(t *testing.T) {
+	e := newPubEnv(t, "--max-message-bytes", "65536")
+	group := "large.example.com"
+	crd := testCRD(group, "Huge", "huges", apiextensionsv1.NamespaceScoped, "v1")
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Description = strings.Repeat("x", 70_000)
+	apply(t, crd)
+	apply(t, testCRD(group, "Small", "smalls", apiextensionsv1.NamespaceScoped, "v1"))
+
+	e.publish(t, "huge", ferryv1alpha1.PublishedResourceSpec{
+		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Huge", Version: "v1"},
+	})
+	pr := e.waitCondition(t, "huge", metav1.ConditionFalse, ferryv1alpha1.ReasonTooLarge)
+	if msg := pr.Status.Conditions[0].Message; !strings.Contains(msg, "65536") {
+		t.Errorf("TooLarge message should name the limit: %q", msg)
+	}
+	// The stream survived: another PublishedResource still gets published,
+	// and the edge never had to reconnect.
+	e.publish(t, "small", ferryv1alpha1.PublishedResourceSpec{
+		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Small", Version: "v1"},
+	})
+	e.waitCondition(t, "small", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
+	assertLogLacks(t, e.edge, "reconnecting")
+}
