@@ -354,3 +354,25 @@ func TestPublishTooLargeIsReportedWithoutDroppingTheStream(t *testing.T) {
 	e.waitCondition(t, "small", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
 	assertLogLacks(t, e.edge, "reconnecting")
 }
+
+func TestPublishWaitsForTheBroker(t *testing.T) {
+	ctx := context.Background()
+	e := newPubEnv(t)
+	if err := e.broker.Stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	group := "waits.example.com"
+	apply(t, testCRD(group, "Patient", "patients", apiextensionsv1.NamespaceScoped, "v1"))
+	e.publish(t, "patients", ferryv1alpha1.PublishedResourceSpec{
+		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Patient", Version: "v1"},
+	})
+	pr := e.waitCondition(t, "patients", metav1.ConditionFalse, ferryv1alpha1.ReasonBrokerUnavailable)
+	if msg := pr.Status.Conditions[0].Message; !strings.Contains(msg, e.broker.Address) {
+		t.Errorf("BrokerUnavailable message should name the broker address: %q", msg)
+	}
+	// The broker comes back: the edge reconnects and publishes by itself.
+	if err := e.broker.Restart(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCondition(t, "patients", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
+}
