@@ -1,0 +1,164 @@
+// Package naming decides the local namespace and name of a kcp object's copy
+// in the service cluster, and the labels and annotations that point back to
+// the kcp object.
+//
+// Naming rules are either strings with the placeholders $remoteClusterName,
+// $remoteNamespace, $remoteNamespaceHash, $remoteName and $remoteNameHash, or
+// Go templates (any rule containing "{{") over a Remote value. The defaults —
+// namespace "$remoteClusterName", name "$remoteNamespaceHash-$remoteNameHash"
+// — cannot collide: the namespace separates workspaces and the name hashes
+// are fixed-length, so the separator is unambiguous.
+//
+// Labels carry hashes (label values are limited to 63 characters), the
+// annotations the full values.
+package naming
+
+import (
+	"bytes"
+	"crypto/sha1" //nolint:gosec // a naming hash fixed by the seed documents, not a security measure
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"text/template"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+)
+
+// Placeholders usable in naming rules.
+const (
+	PlaceholderClusterName   = "$remoteClusterName"
+	PlaceholderNamespace     = "$remoteNamespace"
+	PlaceholderNamespaceHash = "$remoteNamespaceHash"
+	PlaceholderName          = "$remoteName"
+	PlaceholderNameHash      = "$remoteNameHash"
+)
+
+// Default rules.
+const (
+	DefaultNamespace = PlaceholderClusterName
+	DefaultName      = PlaceholderNamespaceHash + "-" + PlaceholderNameHash
+)
+
+// HashLength is how many hex characters of a SHA-1 a hash keeps.
+const HashLength = 20
+
+// Hash is the first 20 hex characters of the SHA-1 of s.
+func Hash(s string) string {
+	sum := sha1.Sum([]byte(s)) //nolint:gosec // see import
+	return hex.EncodeToString(sum[:])[:HashLength]
+}
+
+// Remote identifies the kcp object a local copy belongs to. It is also the
+// data of Go template rules: {{ .ClusterName }}, {{ .Namespace }},
+// {{ .Name }}, {{ .WorkspacePath }}, and the function {{ hash .Name }}.
+type Remote struct {
+	// ClusterName is the logical cluster name of the object's workspace.
+	ClusterName string
+	// WorkspacePath is the workspace path, when known.
+	WorkspacePath string
+	// Namespace is the object's namespace in kcp ("" when cluster-scoped).
+	Namespace string
+	// Name is the object's name in kcp.
+	Name string
+}
+
+// Rules are compiled naming rules. Build them once per PublishedResource.
+type Rules struct {
+	namespace rule
+	name      rule
+}
+
+type rule struct {
+	text string
+	tmpl *template.Template
+}
+
+// Compile checks and compiles a PublishedResource's naming rules (nil means
+// the defaults).
+func Compile(n *ferryv1alpha1.ResourceNaming) (*Rules, error) {
+	nsText, nameText := DefaultNamespace, DefaultName
+	if n != nil && n.Namespace != "" {
+		nsText = n.Namespace
+	}
+	if n != nil && n.Name != "" {
+		nameText = n.Name
+	}
+	ns, err := compileRule("spec.naming.namespace", nsText)
+	if err != nil {
+		return nil, err
+	}
+	name, err := compileRule("spec.naming.name", nameText)
+	if err != nil {
+		return nil, err
+	}
+	return &Rules{namespace: ns, name: name}, nil
+}
+
+func compileRule(field, text string) (rule, error) {
+	if !strings.Contains(text, "{{") {
+		return rule{text: text}, nil
+	}
+	t, err := template.New(field).Option("missingkey=error").Funcs(template.FuncMap{"hash": Hash}).Parse(text)
+	if err != nil {
+		return rule{}, fmt.Errorf("%s is not a valid Go template: %w", field, err)
+	}
+	return rule{text: text, tmpl: t}, nil
+}
+
+func (r rule) apply(remote Remote) (string, error) {
+	if r.tmpl == nil {
+		// Longer placeholders first: $remoteNamespaceHash before $remoteNamespace.
+		return strings.NewReplacer(
+			PlaceholderNamespaceHash, Hash(remote.Namespace),
+			PlaceholderNameHash, Hash(remote.Name),
+			PlaceholderClusterName, remote.ClusterName,
+			PlaceholderNamespace, remote.Namespace,
+			PlaceholderName, remote.Name,
+		).Replace(r.text), nil
+	}
+	var buf bytes.Buffer
+	if err := r.tmpl.Execute(&buf, remote); err != nil {
+		return "", fmt.Errorf("%s: %w", r.tmpl.Name(), err)
+	}
+	return buf.String(), nil
+}
+
+// Local returns the local namespace (empty when the local resource is
+// cluster-scoped) and name for remote. Results longer than Kubernetes allows
+// are shortened deterministically (see Shorten); results that are still not
+// valid names are an error naming the rule.
+func (r *Rules) Local(remote Remote, namespaced bool) (namespace, name string, err error) {
+	if namespaced {
+		ns, err := r.namespace.apply(remote)
+		if err != nil {
+			return "", "", err
+		}
+		namespace = Shorten(ns, validation.DNS1123LabelMaxLength)
+		if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+			return "", "", fmt.Errorf("spec.naming.namespace %q yields %q, not a valid namespace: %s", r.namespace.text, namespace, strings.Join(msgs, "; "))
+		}
+	}
+	n, err := r.name.apply(remote)
+	if err != nil {
+		return "", "", err
+	}
+	name = Shorten(n, validation.DNS1123SubdomainMaxLength)
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return "", "", fmt.Errorf("spec.naming.name %q yields %q, not a valid name: %s", r.name.text, name, strings.Join(msgs, "; "))
+	}
+	return namespace, name, nil
+}
+
+// Shorten returns s when it fits in limit, else a prefix of s followed by
+// "-" and the hash of the whole s, limit characters long: two different
+// long inputs share a result only if their SHA-1 prefixes collide.
+func Shorten(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	suffix := "-" + Hash(s)
+	prefix := strings.TrimRight(s[:limit-len(suffix)], "-.")
+	return prefix + suffix
+}

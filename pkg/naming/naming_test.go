@@ -1,0 +1,174 @@
+package naming
+
+import (
+	"strings"
+	"testing"
+
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+)
+
+func TestHash(t *testing.T) {
+	// sha1("default") = 7505d64a54e061b7acd54ccd58b49dc43500b635
+	if got := Hash("default"); got != "7505d64a54e061b7acd5" {
+		t.Fatalf("Hash(default) = %s", got)
+	}
+	if len(Hash("")) != HashLength {
+		t.Fatal("hash of the empty string has the wrong length")
+	}
+}
+
+func TestLocal(t *testing.T) {
+	remote := Remote{ClusterName: "1084s8ceexsehjm2", Namespace: "team-a", Name: "my-cert", WorkspacePath: "root:org:team"}
+	long := strings.Repeat("x", 300)
+	tests := []struct {
+		name       string
+		naming     *ferryv1alpha1.ResourceNaming
+		remote     Remote
+		namespaced bool
+		wantNS     string
+		wantName   string
+		wantErr    string
+	}{
+		{
+			name: "defaults", remote: remote, namespaced: true,
+			wantNS: "1084s8ceexsehjm2", wantName: Hash("team-a") + "-" + Hash("my-cert"),
+		},
+		{
+			name: "cluster-scoped local resource has no namespace", remote: remote, namespaced: false,
+			wantNS: "", wantName: Hash("team-a") + "-" + Hash("my-cert"),
+		},
+		{
+			name:   "placeholders, longer ones not eaten by shorter ones",
+			naming: &ferryv1alpha1.ResourceNaming{Namespace: "ws-$remoteClusterName", Name: "$remoteNamespace-$remoteName-$remoteNameHash"},
+			remote: remote, namespaced: true,
+			wantNS: "ws-1084s8ceexsehjm2", wantName: "team-a-my-cert-" + Hash("my-cert"),
+		},
+		{
+			name:   "Go templates",
+			naming: &ferryv1alpha1.ResourceNaming{Namespace: "{{ .ClusterName }}", Name: `{{ .Namespace }}-{{ hash .Name | printf "%.8s" }}`},
+			remote: remote, namespaced: true,
+			wantNS: "1084s8ceexsehjm2", wantName: "team-a-" + Hash("my-cert")[:8],
+		},
+		{
+			name:   "too long names are shortened",
+			naming: &ferryv1alpha1.ResourceNaming{Namespace: "$remoteName", Name: "$remoteName"},
+			remote: Remote{ClusterName: "c", Name: long}, namespaced: true,
+			wantNS: Shorten(long, 63), wantName: Shorten(long, 253),
+		},
+		{
+			name:   "invalid result names the rule",
+			naming: &ferryv1alpha1.ResourceNaming{Name: "UPPER-$remoteName"},
+			remote: remote, namespaced: true, wantErr: "spec.naming.name",
+		},
+		{
+			name:   "template referring to a missing field",
+			naming: &ferryv1alpha1.ResourceNaming{Name: "{{ .Nope }}"},
+			remote: remote, namespaced: true, wantErr: "Nope",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rules, err := Compile(tt.naming)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns, name, err := rules.Local(tt.remote, tt.namespaced)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("want an error mentioning %q, got %v", tt.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ns != tt.wantNS || name != tt.wantName {
+				t.Errorf("got %q/%q, want %q/%q", ns, name, tt.wantNS, tt.wantName)
+			}
+		})
+	}
+}
+
+func TestCompileRejectsBrokenTemplate(t *testing.T) {
+	if _, err := Compile(&ferryv1alpha1.ResourceNaming{Name: "{{ .Name "}); err == nil || !strings.Contains(err.Error(), "spec.naming.name") {
+		t.Fatalf("want a template error naming the field, got %v", err)
+	}
+}
+
+func TestDefaultNamingDoesNotCollide(t *testing.T) {
+	rules, err := Compile(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pairs that a naive "namespace-name" join would map onto one name.
+	pairs := [][2]Remote{
+		{{ClusterName: "c", Namespace: "a-b", Name: "c"}, {ClusterName: "c", Namespace: "a", Name: "b-c"}},
+		{{ClusterName: "c", Namespace: "", Name: "x"}, {ClusterName: "c", Namespace: "x", Name: ""}},
+	}
+	for _, p := range pairs {
+		_, n1, err1 := rules.Local(p[0], true)
+		_, n2, err2 := rules.Local(p[1], true)
+		if err1 != nil || err2 != nil || n1 == n2 {
+			t.Errorf("%+v and %+v both map to %q (%v %v)", p[0], p[1], n1, err1, err2)
+		}
+	}
+	// Different workspaces never share a namespace.
+	ns1, _, _ := rules.Local(Remote{ClusterName: "one", Namespace: "n", Name: "x"}, true)
+	ns2, _, _ := rules.Local(Remote{ClusterName: "two", Namespace: "n", Name: "x"}, true)
+	if ns1 == ns2 {
+		t.Error("two workspaces share a local namespace")
+	}
+}
+
+func TestShorten(t *testing.T) {
+	a := strings.Repeat("a", 100) + "1"
+	b := strings.Repeat("a", 100) + "2"
+	sa, sb := Shorten(a, 63), Shorten(b, 63)
+	if len(sa) != 63 || len(sb) != 63 || sa == sb {
+		t.Fatalf("shortened names must be 63 long and distinct: %q %q", sa, sb)
+	}
+	if Shorten("short", 63) != "short" {
+		t.Error("a name that fits must stay as it is")
+	}
+	if got := Shorten(strings.Repeat("a", 41)+"-"+strings.Repeat("b", 30), 63); strings.Contains(got, "--") {
+		t.Errorf("shortening must not leave a dangling separator: %q", got)
+	}
+}
+
+func TestLabelsRoundTrip(t *testing.T) {
+	remote := Remote{ClusterName: "c1", Namespace: "ns", Name: strings.Repeat("n", 200), WorkspacePath: "root:a"}
+	labels, annotations := Labels("edge", remote), Annotations(remote)
+	for k, v := range labels {
+		if len(v) > 63 {
+			t.Errorf("label %s value %q exceeds 63 characters", k, v)
+		}
+	}
+	got, ok := RemoteFrom(labels, annotations)
+	if !ok || got != remote {
+		t.Fatalf("RemoteFrom = %+v, %v; want %+v", got, ok, remote)
+	}
+	labels[LabelNameHash] = Hash("something else") // tampered
+	if _, ok := RemoteFrom(labels, annotations); ok {
+		t.Error("tampered labels were trusted")
+	}
+	if _, ok := RemoteFrom(map[string]string{}, annotations); ok {
+		t.Error("missing labels were trusted")
+	}
+}
+
+func FuzzShorten(f *testing.F) {
+	f.Add("abc", 10)
+	f.Add(strings.Repeat("z", 300), 63)
+	f.Fuzz(func(t *testing.T, s string, limit int) {
+		if limit < HashLength+2 || limit > 1000 {
+			return
+		}
+		got := Shorten(s, limit)
+		if len(got) > limit {
+			t.Fatalf("Shorten(%q, %d) = %q, longer than the limit", s, limit, got)
+		}
+		if len(s) <= limit && got != s {
+			t.Fatalf("Shorten changed a name that fits: %q → %q", s, got)
+		}
+	})
+}
