@@ -1,0 +1,96 @@
+// Package objects holds the transformations of object content between kcp
+// and the service cluster that both sides share: which metadata crosses the
+// wire, and how an object is re-typed between its kcp-side and local
+// group/version/kind.
+package objects
+
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// kcpInternalSuffixes are annotation and label key domains that belong to
+// kcp (e.g. "kcp.io/cluster", "tenancy.kcp.io/workspace"): they describe the
+// object's place in kcp and never cross to the service cluster.
+var kcpInternalSuffixes = []string{"kcp.io"}
+
+// IsKCPInternal tells whether a label or annotation key belongs to kcp.
+func IsKCPInternal(key string) bool {
+	domain, _, found := strings.Cut(key, "/")
+	if !found {
+		return false
+	}
+	for _, s := range kcpInternalSuffixes {
+		if domain == s || strings.HasSuffix(domain, "."+s) {
+			return true
+		}
+	}
+	return false
+}
+
+// DesiredState returns obj's content as a sync intent carries it: every
+// top-level field except status, and from metadata only name, namespace,
+// labels and annotations (without kcp-internal keys). Server-managed
+// metadata (uid, resourceVersion, generation, timestamps, finalizers,
+// managedFields, owner references) stays behind.
+func DesiredState(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	for k, v := range obj.Object {
+		if k == "metadata" || k == "status" {
+			continue
+		}
+		out.Object[k] = deepCopy(v)
+	}
+	out.SetName(obj.GetName())
+	out.SetNamespace(obj.GetNamespace())
+	if l := filterKeys(obj.GetLabels()); len(l) > 0 {
+		out.SetLabels(l)
+	}
+	if a := filterKeys(obj.GetAnnotations()); len(a) > 0 {
+		out.SetAnnotations(a)
+	}
+	return out
+}
+
+func filterKeys(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if IsKCPInternal(k) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// deepCopy copies maps and slices of a JSON-like value; unlike
+// runtime.DeepCopyJSONValue it never panics on an unexpected scalar type.
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = deepCopy(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i := range t {
+			out[i] = deepCopy(t[i])
+		}
+		return out
+	default:
+		return t
+	}
+}
+
+// Retype sets obj's apiVersion and kind to gvk.
+func Retype(obj *unstructured.Unstructured, gvk schema.GroupVersionKind) {
+	obj.SetAPIVersion(gvk.GroupVersion().String())
+	obj.SetKind(gvk.Kind)
+}

@@ -1,0 +1,70 @@
+package objects
+
+import (
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestIsKCPInternal(t *testing.T) {
+	tests := map[string]bool{
+		"kcp.io/cluster":              true,
+		"tenancy.kcp.io/workspace":    true,
+		"app.kubernetes.io/name":      false,
+		"example.com/kcp.io":          false,
+		"notkcp.io/x":                 false,
+		"experimental.tenancy.kcp.io": false, // no slash: not a prefixed key
+	}
+	for key, want := range tests {
+		if got := IsKCPInternal(key); got != want {
+			t.Errorf("IsKCPInternal(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+func TestDesiredState(t *testing.T) {
+	in := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "g.example.com/v1",
+		"kind":       "Thing",
+		"metadata": map[string]any{
+			"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "42", "generation": int64(3),
+			"creationTimestamp": "2026-01-01T00:00:00Z", "finalizers": []any{"ferry.dev/edge"},
+			"managedFields": []any{map[string]any{"manager": "kubectl"}},
+			"labels":        map[string]any{"app": "x", "internal.kcp.io/x": "y"},
+			"annotations":   map[string]any{"kcp.io/cluster": "abc", "note": "keep"},
+		},
+		"spec":   map[string]any{"size": int64(3), "list": []any{map[string]any{"a": "b"}}},
+		"data":   map[string]any{"k": "v"},
+		"status": map[string]any{"phase": "Ready"},
+	}}
+	got := DesiredState(in)
+	want := map[string]any{
+		"apiVersion": "g.example.com/v1",
+		"kind":       "Thing",
+		"metadata": map[string]any{
+			"name": "a", "namespace": "ns",
+			"labels":      map[string]any{"app": "x"},
+			"annotations": map[string]any{"note": "keep"},
+		},
+		"spec": map[string]any{"size": int64(3), "list": []any{map[string]any{"a": "b"}}},
+		"data": map[string]any{"k": "v"},
+	}
+	if !reflect.DeepEqual(got.Object, want) {
+		t.Fatalf("DesiredState =\n%v\nwant\n%v", got.Object, want)
+	}
+	// The result is a copy.
+	got.Object["spec"].(map[string]any)["size"] = int64(9)
+	if in.Object["spec"].(map[string]any)["size"] != int64(3) {
+		t.Fatal("DesiredState shares maps with its input")
+	}
+}
+
+func TestRetype(t *testing.T) {
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "a/v1", "kind": "A"}}
+	Retype(obj, schema.GroupVersionKind{Group: "b.example.com", Version: "v2", Kind: "B"})
+	if obj.GetAPIVersion() != "b.example.com/v2" || obj.GetKind() != "B" {
+		t.Fatalf("got %s %s", obj.GetAPIVersion(), obj.GetKind())
+	}
+}
