@@ -38,6 +38,10 @@ export FERRY_ETCD_BIN           := $(ETCD)
 export FERRY_GRPCURL_BIN        := $(GRPCURL)
 export FERRY_BIN_DIR            := $(CURDIR)/bin
 
+# Paths make generate writes; verify compares their content before and after.
+GENERATED     := api/gen api/v1alpha1/zz_generated.deepcopy.go deploy/crd
+GENERATED_SUM := find $(GENERATED) -type f -exec sha256sum {} + | sort | sha256sum
+
 GO_TEST_FLAGS ?= -race -count=1
 E2E_TIMEOUT   ?= 30m
 
@@ -68,10 +72,10 @@ generate: $(GEN_TOOLS) ## Regenerate committed code (protobuf, deepcopy, CRD man
 	$(CONTROLLER_GEN) crd paths=./api/v1alpha1/... output:crd:dir=deploy/crd
 
 .PHONY: verify
-verify: generate ## Regenerate and fail if the committed generated code differs.
-	@if [ -n "$$(git status --porcelain -- api deploy/crd)" ]; then \
-	  echo "generated code is out of date; run 'make generate' and commit:"; \
-	  git status --porcelain -- api deploy/crd; git diff --stat -- api deploy/crd; exit 1; fi
+verify: $(GEN_TOOLS) ## Regenerate and fail if the generated code differs from what is checked out.
+	@before=$$($(GENERATED_SUM)); $(MAKE) --no-print-directory generate >/dev/null; after=$$($(GENERATED_SUM)); \
+	if [ "$$before" != "$$after" ]; then \
+	  echo "generated code was out of date; make generate rewrote it (commit the result):"; git status --short -- $(GENERATED); exit 1; fi
 
 .PHONY: lint
 lint: $(BUF) ## gofmt check, go vet and buf lint.

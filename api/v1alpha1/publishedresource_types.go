@@ -372,6 +372,7 @@ const (
 	ReasonBrokerUnavailable = "BrokerUnavailable"
 	ReasonBrokerRefused     = "BrokerRefused"
 	ReasonTooLarge          = "TooLarge"
+	ReasonNamingInvalid     = "NamingInvalid"
 )
 
 // +kubebuilder:object:root=true

@@ -29,20 +29,27 @@ type publishWorker struct {
 	owners  publish.Owners // only touched by run's goroutine
 	results chan<- *ferryv1.PublishResult
 	log     logr.Logger
+	// onPublished and onWithdrawn tell the session's sync what to watch.
+	onPublished func(msg *ferryv1.Publish, res *ferryv1.PublishResult)
+	onWithdrawn func(name string)
 
 	mu     sync.Mutex
 	latest map[string]*ferryv1.ConnectRequest
 	queue  workqueue.TypedRateLimitingInterface[string]
 }
 
-func newPublishWorker(applier PublishApplier, export config.APIExportRef, results chan<- *ferryv1.PublishResult, log logr.Logger) *publishWorker {
+func newPublishWorker(applier PublishApplier, export config.APIExportRef, results chan<- *ferryv1.PublishResult, log logr.Logger,
+	onPublished func(*ferryv1.Publish, *ferryv1.PublishResult), onWithdrawn func(string),
+) *publishWorker {
 	return &publishWorker{
-		applier: applier,
-		export:  export,
-		owners:  publish.Owners{},
-		results: results,
-		log:     log,
-		latest:  map[string]*ferryv1.ConnectRequest{},
+		onPublished: onPublished,
+		onWithdrawn: onWithdrawn,
+		applier:     applier,
+		export:      export,
+		owners:      publish.Owners{},
+		results:     results,
+		log:         log,
+		latest:      map[string]*ferryv1.ConnectRequest{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "publish"}),
 	}
@@ -81,6 +88,7 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 	switch m := msg.GetMessage().(type) {
 	case *ferryv1.ConnectRequest_Unpublish:
 		publish.Forget(w.owners, name)
+		w.onWithdrawn(name)
 		w.queue.Forget(name)
 		w.log.Info("PublishedResource withdrawn; its schema stays in the APIExport", "publishedResource", name)
 	case *ferryv1.ConnectRequest_Publish:
@@ -101,6 +109,11 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			w.queue.Forget(name)
 			w.log.Info("publish applied", "publishedResource", name, "revision", res.GetRevision(),
 				"state", res.GetState().String(), "reason", res.GetReason(), "schema", res.GetResourceSchemaName())
+			if res.GetState() == ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
+				w.onPublished(m.Publish, res)
+			} else {
+				w.onWithdrawn(name)
+			}
 		}
 		select {
 		case w.results <- res:

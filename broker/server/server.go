@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
@@ -40,6 +41,11 @@ type Options struct {
 	Resolver ExportResolver
 	// Publisher applies Publish messages to kcp.
 	Publisher PublishApplier
+	// KCP is the broker's kcp rest config, used through the virtual
+	// workspace for object sync.
+	KCP *rest.Config
+	// InFlightWindow is how many sync intents may await a result per edge.
+	InFlightWindow int
 	// HeartbeatInterval is the broker's heartbeat proposal.
 	HeartbeatInterval time.Duration
 	// MaxMessageBytes is the largest message the broker accepts.
@@ -67,6 +73,8 @@ func New(o Options) *Server {
 		registry:          registry,
 		resolver:          o.Resolver,
 		publisher:         o.Publisher,
+		kcp:               o.KCP,
+		window:            o.InFlightWindow,
 		epoch:             newEpoch(),
 		heartbeatInterval: o.HeartbeatInterval,
 		maxMessageBytes:   o.MaxMessageBytes,

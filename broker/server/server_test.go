@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
@@ -121,6 +122,8 @@ func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier PublishA
 		TLS:               tlsCfg,
 		Resolver:          resolver,
 		Publisher:         applier,
+		KCP:               &rest.Config{},
+		InFlightWindow:    16,
 		HeartbeatInterval: 2 * time.Second,
 		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
 		ShutdownTimeout:   5 * time.Second,

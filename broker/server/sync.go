@@ -13,10 +13,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/broker/replicate"
 	"github.com/ferry-dev/ferry/broker/session"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -43,6 +45,8 @@ type syncService struct {
 	registry          *session.Registry
 	resolver          ExportResolver
 	publisher         PublishApplier
+	kcp               *rest.Config
+	window            int
 	epoch             uint64
 	heartbeatInterval time.Duration
 	maxMessageBytes   uint32
@@ -100,15 +104,16 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	}
 
 	sess := session.NewSession(session.Info{
-		ID:              newSessionID(),
-		Identity:        id,
-		AgentName:       hello.GetAgentName(),
-		EdgeVersion:     hello.GetEdgeVersion(),
-		Export:          edgeCfg.APIExport,
-		ExportState:     state,
-		PeerAddress:     addr,
-		ProtocolVersion: negotiated,
-		ConnectedAt:     time.Now(),
+		ID:                  newSessionID(),
+		Identity:            id,
+		AgentName:           hello.GetAgentName(),
+		EdgeVersion:         hello.GetEdgeVersion(),
+		Export:              edgeCfg.APIExport,
+		ExportState:         state,
+		PeerAddress:         addr,
+		ProtocolVersion:     negotiated,
+		EdgeMaxMessageBytes: hello.GetMaxReceiveMessageBytes(),
+		ConnectedAt:         time.Now(),
 	}, func() { cancel(errShuttingDown) })
 
 	release, err := s.registry.Acquire(sess)
@@ -172,16 +177,39 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 	defer clock.Stop()
 
 	// Helpers of this stream; all end with ctx (the stream's context).
+	wakeOutbox, outboxReady := wakeChannel()
+	outbox := replicate.NewOutbox(s.window, wakeOutbox)
+	mgr := replicate.NewManager(replicate.Options{
+		KCP: s.kcp, Agent: sess.AgentName, Epoch: s.epoch, Outbox: outbox, Log: log.WithName("replicate"),
+	})
+	go mgr.Run(ctx, 2)
+	wakeReports, reportsReady := wakeChannel()
+	reports := newReportWorker(mgr, wakeReports, log.WithName("reports"))
+	go reports.run(ctx)
+
 	publishResults := make(chan *ferryv1.PublishResult)
-	publisher := newPublishWorker(s.publisher, sess.Export, publishResults, log.WithName("publish"))
+	publisher := newPublishWorker(s.publisher, sess.Export, publishResults, log.WithName("publish"),
+		func(msg *ferryv1.Publish, res *ferryv1.PublishResult) {
+			r, ok, err := syncedResource(msg, res)
+			switch {
+			case err != nil:
+				log.Error(err, "cannot sync published resource", "publishedResource", msg.GetPublishedResource())
+			case ok:
+				mgr.Ensure(r)
+			default:
+				mgr.Remove(msg.GetPublishedResource())
+			}
+		}, mgr.Remove)
 	go publisher.run(ctx)
 	exportURLs := make(chan string)
 	go s.resolver.WatchVirtualWorkspace(ctx, sess.Export, func(url string) {
+		mgr.SetVirtualWorkspace(url)
 		select {
 		case exportURLs <- url:
 		case <-ctx.Done():
 		}
 	})
+	st := &streamState{outbox: outbox, mgr: mgr, reports: reports, publisher: publisher, maxSend: int(sess.EdgeMaxMessageBytes), log: log}
 
 	for {
 		select {
@@ -198,8 +226,18 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 		case msg := <-r.C:
 			clock.Received()
 			sess.Seen(time.Now())
-			if err := s.handle(msg, publisher); err != nil {
+			if err := s.handle(msg, st); err != nil {
 				return err
+			}
+		case <-outboxReady:
+			if err := st.sendIntents(stream); err != nil {
+				return err
+			}
+		case <-reportsReady:
+			for _, answer := range reports.take() {
+				if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: answer}}); err != nil {
+					return err
+				}
 			}
 		case res := <-publishResults:
 			if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_PublishResult{PublishResult: res}}); err != nil {
@@ -226,7 +264,8 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 // handle processes one message from the edge. Messages of features this
 // broker does not implement yet end the stream with UNIMPLEMENTED, so an edge
 // never believes they were processed.
-func (s *syncService) handle(msg *ferryv1.ConnectRequest, publisher *publishWorker) error {
+func (s *syncService) handle(msg *ferryv1.ConnectRequest, st *streamState) error {
+	publisher := st.publisher
 	switch m := msg.GetMessage().(type) {
 	case *ferryv1.ConnectRequest_Heartbeat:
 		return nil
@@ -246,6 +285,13 @@ func (s *syncService) handle(msg *ferryv1.ConnectRequest, publisher *publishWork
 		}
 		publisher.enqueue(name, msg)
 		return nil
+	case *ferryv1.ConnectRequest_IntentResult:
+		st.intentResult(m.IntentResult)
+		return nil
+	case *ferryv1.ConnectRequest_StatusReport:
+		return st.statusReport(m.StatusReport)
+	case *ferryv1.ConnectRequest_DeletionConfirmation:
+		return st.deletionConfirmation(m.DeletionConfirmation)
 	case *ferryv1.ConnectRequest_Hello:
 		return status.Error(codes.InvalidArgument, "EdgeHello may only be sent once per stream")
 	case nil:

@@ -25,7 +25,9 @@ type Info struct {
 	ExportState     kcp.ExportState
 	PeerAddress     string
 	ProtocolVersion uint32
-	ConnectedAt     time.Time
+	// EdgeMaxMessageBytes is the largest message the edge accepts.
+	EdgeMaxMessageBytes uint32
+	ConnectedAt         time.Time
 }
 
 // Session is one accepted edge stream.

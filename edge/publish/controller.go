@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +26,8 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
 )
 
@@ -38,10 +41,18 @@ const (
 // learned it yet; it only serves validation, nothing is sent with it.
 const placeholderGroup = "pending.ferry.dev"
 
+// SyncRegistry learns which published resources have their objects
+// synced. Implemented by *replica.Engine; must not block.
+type SyncRegistry interface {
+	SetPublished(p *replica.Published)
+	RemovePublished(name string)
+}
+
 // Reconciler publishes PublishedResources through the Store.
 type Reconciler struct {
 	Client client.Client
 	Store  *Store
+	Sync   SyncRegistry
 	Log    logr.Logger
 }
 
@@ -95,13 +106,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var pr ferryv1alpha1.PublishedResource
 	if err := r.Client.Get(ctx, req.NamespacedName, &pr); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Store.Remove(req.Name)
+			r.withdraw(req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	if !pr.DeletionTimestamp.IsZero() {
-		r.Store.Remove(pr.Name)
+		r.withdraw(pr.Name)
 		return reconcile.Result{}, nil
 	}
 	st := r.Store.Status(pr.Name)
@@ -115,14 +126,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if crd == nil {
-		r.Store.Remove(pr.Name)
+		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonCRDNotFound,
 			fmt.Sprintf("no CRD defines kind %s in group %s on the service cluster; publishing starts by itself once it exists",
 				pr.Spec.Resource.Kind, pr.Spec.Resource.APIGroup), nil)
 	}
 	proj, err := projection.Project(&pr.Spec, crd, group)
 	if err != nil {
-		r.Store.Remove(pr.Name)
+		r.withdraw(pr.Name)
 		var pe *projection.Error
 		if errors.As(err, &pe) {
 			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, pe.Reason, pe.Message, nil)
@@ -134,10 +145,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if winner != "" {
-		r.Store.Remove(pr.Name)
+		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonSchemaConflict,
 			fmt.Sprintf("PublishedResource %q also projects onto resource %q and is older; change this one's projection (kind or plural)",
 				winner, proj.Resource.Resource), nil)
+	}
+
+	rules, err := naming.Compile(pr.Spec.Naming)
+	if err != nil {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
 	}
 
 	msg, err := newPublish(&pr, crd)
@@ -149,6 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	res := st.Result
 	switch {
 	case res != nil && res.GetRevision() == msg.GetRevision():
+		r.registerSync(&pr, crd, proj, rules, res)
 		return reconcile.Result{}, r.statusFromResult(ctx, &pr, crd, res)
 	case !st.Connected:
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonBrokerUnavailable,
@@ -157,6 +175,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonPending,
 			"sent to the broker; waiting for its answer", nil)
 	}
+}
+
+// withdraw stops publishing (and syncing) a PublishedResource.
+func (r *Reconciler) withdraw(name string) {
+	r.Store.Remove(name)
+	r.Sync.RemovePublished(name)
+}
+
+// registerSync tells the sync engine how objects of a published resource
+// map onto the CRD, or that they are not synced.
+func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition,
+	proj *projection.Result, rules *naming.Rules, res *ferryv1.PublishResult,
+) {
+	served := res.GetServedResource()
+	if res.GetState() != ferryv1.PublishState_PUBLISH_STATE_PUBLISHED || served == nil ||
+		(pr.Spec.Synchronization != nil && pr.Spec.Synchronization.Enabled != nil && !*pr.Spec.Synchronization.Enabled) {
+		r.Sync.RemovePublished(pr.Name)
+		return
+	}
+	localVersion := ""
+	for src, dst := range proj.VersionMap {
+		if dst == served.GetVersion() {
+			localVersion = src
+		}
+	}
+	r.Sync.SetPublished(&replica.Published{
+		Name:       pr.Name,
+		Remote:     schema.GroupVersionResource{Group: served.GetGroup(), Version: served.GetVersion(), Resource: served.GetResource()},
+		Local:      schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
+		LocalKind:  crd.Spec.Names.Kind,
+		Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
+		HasStatus:  hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)),
+		Naming:     rules,
+		Revision:   res.GetRevision(),
+	})
 }
 
 func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition, res *ferryv1.PublishResult) error {

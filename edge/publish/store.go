@@ -29,18 +29,18 @@ type Store struct {
 	connected bool
 	export    *ferryv1.ExportStatus
 	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]
-
-	pending chan struct{}
+	wake      func()
 }
 
-// NewStore returns an empty store; brokerAddress is only used in messages.
-func NewStore(brokerAddress string) *Store {
+// NewStore returns an empty store; brokerAddress is only used in messages;
+// wake is called (it must not block) when Outgoing has something to send.
+func NewStore(brokerAddress string, wake func()) *Store {
 	return &Store{
 		brokerAddress: brokerAddress,
 		desired:       map[string]*ferryv1.Publish{},
 		dirty:         map[string]struct{}{},
 		results:       map[string]*ferryv1.PublishResult{},
-		pending:       make(chan struct{}, 1),
+		wake:          wake,
 	}
 }
 
@@ -72,10 +72,7 @@ func (s *Store) Remove(name string) {
 func (s *Store) markDirty(name string) {
 	s.dirty[name] = struct{}{}
 	if s.connected {
-		select {
-		case s.pending <- struct{}{}:
-		default:
-		}
+		s.wake()
 	}
 }
 
@@ -135,10 +132,7 @@ func (s *Store) Connected(hello *ferryv1.BrokerHello) {
 	for name := range s.desired {
 		s.dirty[name] = struct{}{}
 	}
-	select {
-	case s.pending <- struct{}{}:
-	default:
-	}
+	s.wake()
 	// The export name may be new to the controller (projection needs it).
 	s.requeue(s.namesLocked()...)
 }
@@ -158,9 +152,6 @@ func (s *Store) namesLocked() []string {
 	}
 	return names
 }
-
-// Pending is signalled when Outgoing has something to send.
-func (s *Store) Pending() <-chan struct{} { return s.pending }
 
 // Outgoing returns the messages to send now, in name order, and considers
 // them sent: if the stream fails, Connected re-sends everything.
@@ -229,6 +220,6 @@ func (s *Store) Handle(msg *ferryv1.ConnectResponse) error {
 		s.export = m.ExportStatus
 		return nil
 	default:
-		return fmt.Errorf("protocol error: this edge does not handle %T yet", m)
+		return fmt.Errorf("protocol error: the publish store does not handle %T", m)
 	}
 }

@@ -12,7 +12,10 @@ const (
 
 	AnnotationNamespace     = "ferry.dev/remote-namespace"
 	AnnotationName          = "ferry.dev/remote-name"
+	AnnotationUID           = "ferry.dev/remote-uid"
 	AnnotationWorkspacePath = "ferry.dev/remote-workspace-path"
+	// AnnotationResourceVersion is the kcp resourceVersion last applied.
+	AnnotationResourceVersion = "ferry.dev/remote-resource-version"
 )
 
 // Labels are the labels that identify remote's local copy for agent.
@@ -31,6 +34,7 @@ func Annotations(remote Remote) map[string]string {
 	a := map[string]string{
 		AnnotationNamespace: remote.Namespace,
 		AnnotationName:      remote.Name,
+		AnnotationUID:       remote.UID,
 	}
 	if remote.WorkspacePath != "" {
 		a[AnnotationWorkspacePath] = remote.WorkspacePath
@@ -46,6 +50,7 @@ func RemoteFrom(labels, annotations map[string]string) (Remote, bool) {
 		ClusterName:   labels[LabelRemoteCluster],
 		Namespace:     annotations[AnnotationNamespace],
 		Name:          annotations[AnnotationName],
+		UID:           annotations[AnnotationUID],
 		WorkspacePath: annotations[AnnotationWorkspacePath],
 	}
 	if r.ClusterName == "" || r.Name == "" {

@@ -62,6 +62,8 @@ type Remote struct {
 	Namespace string
 	// Name is the object's name in kcp.
 	Name string
+	// UID is the object's uid in kcp (not used by naming rules).
+	UID string
 }
 
 // Rules are compiled naming rules. Build them once per PublishedResource.

@@ -136,7 +136,7 @@ func TestShorten(t *testing.T) {
 }
 
 func TestLabelsRoundTrip(t *testing.T) {
-	remote := Remote{ClusterName: "c1", Namespace: "ns", Name: strings.Repeat("n", 200), WorkspacePath: "root:a"}
+	remote := Remote{ClusterName: "c1", Namespace: "ns", Name: strings.Repeat("n", 200), UID: "u1", WorkspacePath: "root:a"}
 	labels, annotations := Labels("edge", remote), Annotations(remote)
 	for k, v := range labels {
 		if len(v) > 63 {

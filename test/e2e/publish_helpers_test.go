@@ -155,7 +155,7 @@ func testCRD(group, kind, plural string, scope apiextensionsv1.ResourceScope, ve
 			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 				Type: "object",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
-					"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"spec": {Type: "object", XPreserveUnknownFields: ptr(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{
 						"field" + strings.ToUpper(v[:1]) + v[1:]: {Type: "string"},
 					}},
 					"status": {Type: "object", XPreserveUnknownFields: ptr(true)},

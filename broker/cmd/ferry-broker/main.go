@@ -61,6 +61,8 @@ func run(args []string) error {
 		TLS:               completed.TLS,
 		Resolver:          kcp.NewResolver(kcpClient),
 		Publisher:         publish.NewPublisher(kcpClient, log.WithName("publish")),
+		KCP:               completed.KCP,
+		InFlightWindow:    opts.InFlightWindow,
 		HeartbeatInterval: opts.HeartbeatInterval,
 		MaxMessageBytes:   opts.MaxMessageBytes,
 		ShutdownTimeout:   opts.ShutdownTimeout,

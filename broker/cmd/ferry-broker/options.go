@@ -26,6 +26,7 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	MaxMessageBytes   uint32
 	ShutdownTimeout   time.Duration
+	InFlightWindow    int
 	Zap               zap.Options
 }
 
@@ -36,6 +37,7 @@ func NewOptions() *Options {
 		HeartbeatInterval: protocol.DefaultHeartbeatInterval,
 		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
 		ShutdownTimeout:   10 * time.Second,
+		InFlightWindow:    256,
 	}
 }
 
@@ -49,6 +51,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLS.CAFile, "client-ca", o.TLS.CAFile, "CA bundle (PEM) that signs edge and admin client certificates; reloaded when the file changes.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to edges; a stream silent for three intervals is closed.")
 	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from an edge, in bytes.")
+	fs.IntVar(&o.InFlightWindow, "in-flight-window", o.InFlightWindow, "Sync intents that may await the edge's result at once, per edge (backpressure).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight calls may take to finish on SIGTERM.")
 	cli.AddLogFlags(fs, &o.Zap)
 }
@@ -79,6 +82,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxMessageBytes < protocol.MinMaxMessageBytes {
 		errs = append(errs, fmt.Errorf("--max-message-bytes must be at least %d", protocol.MinMaxMessageBytes))
+	}
+	if o.InFlightWindow < 1 {
+		errs = append(errs, errors.New("--in-flight-window must be at least 1"))
 	}
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))

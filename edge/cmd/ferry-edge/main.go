@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -21,6 +23,8 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/publish"
+	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/session"
 	"github.com/ferry-dev/ferry/edge/stream"
 	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/cli"
@@ -79,8 +83,18 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("cannot set up the controller manager for the service cluster: %w", err)
 	}
-	store := publish.NewStore(opts.BrokerAddress)
-	if err := (&publish.Reconciler{Client: mgr.GetClient(), Store: store, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
+	dyn, err := dynamic.NewForConfig(completed.Service)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(completed.Service)
+	if err != nil {
+		return err
+	}
+	wake, pending := session.NewWake()
+	store := publish.NewStore(opts.BrokerAddress, wake)
+	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica")})
+	if err := (&publish.Reconciler{Client: mgr.GetClient(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
 	link := stream.New(stream.Options{
@@ -91,13 +105,14 @@ func run(args []string) error {
 		MaxMessageBytes:   opts.MaxMessageBytes,
 		Backoff:           &backoff.Exponential{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 		StableAfter:       30 * time.Second,
-		Handler:           store,
+		Handler:           session.NewHandler(store, engine, pending),
 		Log:               log,
 	})
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return mgr.Start(gctx) })
 	g.Go(func() error { return link.Run(gctx) })
+	g.Go(func() error { return engine.Run(gctx, 4) })
 	err = g.Wait()
 	log.Info("stopped")
 	return err

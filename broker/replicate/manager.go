@@ -1,0 +1,428 @@
+// Package replicate is the broker's half of object sync for one edge
+// session: for every published resource it watches the APIExport's virtual
+// workspace across all bound workspaces (…/clusters/*), puts the broker's
+// finalizer on each object, turns every object state into a sync intent in
+// the session's Outbox, and applies what the edge reports back (status,
+// deletion confirmations) to the objects in kcp.
+//
+// Watches start when the virtual workspace URL is known and the resource is
+// published, and stop when it is withdrawn — no restart needed.
+package replicate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/kcp-dev/logicalcluster/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/objects"
+)
+
+// Resource is a published resource to sync.
+type Resource struct {
+	// PublishedResource is the edge's PublishedResource name.
+	PublishedResource string
+	// GVR is the resource as served in kcp.
+	GVR schema.GroupVersionResource
+	// HasStatus tells whether status is written back.
+	HasStatus bool
+	// Selector filters objects by their labels (spec.filter.resource).
+	Selector labels.Selector
+}
+
+// Options configure a Manager. All fields are required.
+type Options struct {
+	// KCP is the broker's kcp rest config; the host is replaced by the
+	// virtual workspace URL.
+	KCP *rest.Config
+	// Agent is the edge's agent name; the finalizer is "ferry.dev/<agent>".
+	Agent string
+	// Epoch is the broker epoch stamped on intent versions.
+	Epoch uint64
+	// Outbox receives the intents.
+	Outbox *Outbox
+	// Log receives logs.
+	Log logr.Logger
+}
+
+// Manager runs one session's watches. Create with NewManager, then Run.
+type Manager struct {
+	opts      Options
+	finalizer string
+	seq       atomic.Uint64
+	queue     workqueue.TypedRateLimitingInterface[item]
+	// nacks spaces out retries of intents the edge could not apply.
+	nacks workqueue.TypedRateLimiter[item]
+
+	mu      sync.Mutex
+	ctx     context.Context
+	vwURL   string
+	desired map[string]Resource
+	running map[string]*watcher
+	clients map[string]dynamic.Interface
+}
+
+type item struct{ pr, key string }
+
+type watcher struct {
+	res    Resource
+	store  cache.Indexer
+	cancel context.CancelFunc
+}
+
+// NewManager returns a manager; nothing runs before Run.
+func NewManager(o Options) *Manager {
+	return &Manager{
+		opts:      o,
+		finalizer: "ferry.dev/" + o.Agent,
+		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](), workqueue.TypedRateLimitingQueueConfig[item]{Name: "replicate"}),
+		nacks:     workqueue.NewTypedItemExponentialFailureRateLimiter[item](time.Second, 5*time.Minute),
+		desired:   map[string]Resource{},
+		running:   map[string]*watcher{},
+		clients:   map[string]dynamic.Interface{},
+	}
+}
+
+// Finalizer is the finalizer the manager puts on kcp objects.
+func (m *Manager) Finalizer() string { return m.finalizer }
+
+// Run processes objects with workers goroutines until ctx ends; watches
+// stop with it.
+func (m *Manager) Run(ctx context.Context, workers int) {
+	m.mu.Lock()
+	m.ctx = ctx
+	m.reconcileLocked()
+	m.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		m.queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for m.processNext(ctx) {
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// SetVirtualWorkspace sets the APIExport's virtual workspace URL ("" while
+// there is none); watches (re)start accordingly.
+func (m *Manager) SetVirtualWorkspace(url string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if url == m.vwURL {
+		return
+	}
+	m.vwURL = url
+	for pr := range m.running {
+		m.stopLocked(pr)
+	}
+	clear(m.clients)
+	m.reconcileLocked()
+}
+
+// Ensure makes res synced, restarting its watch when it changed.
+func (m *Manager) Ensure(res Resource) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w, ok := m.running[res.PublishedResource]; ok && (w.res.GVR != res.GVR || w.res.Selector.String() != res.Selector.String() || w.res.HasStatus != res.HasStatus) {
+		m.stopLocked(res.PublishedResource)
+	}
+	m.desired[res.PublishedResource] = res
+	m.reconcileLocked()
+}
+
+// Remove stops syncing a PublishedResource's objects. Finalizers already on
+// kcp objects stay until the edge confirms deletions.
+func (m *Manager) Remove(pr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.desired, pr)
+	m.stopLocked(pr)
+}
+
+func (m *Manager) stopLocked(pr string) {
+	if w, ok := m.running[pr]; ok {
+		w.cancel()
+		delete(m.running, pr)
+	}
+}
+
+func (m *Manager) reconcileLocked() {
+	if m.ctx == nil || m.vwURL == "" {
+		return
+	}
+	for pr, res := range m.desired {
+		if _, ok := m.running[pr]; ok {
+			continue
+		}
+		dyn, err := m.clientLocked("*")
+		if err != nil {
+			m.opts.Log.Error(err, "cannot build a virtual workspace client")
+			return
+		}
+		ctx, cancel := context.WithCancel(m.ctx)
+		w := &watcher{res: res, store: newStore(), cancel: cancel}
+		m.running[pr] = w
+		ri := dyn.Resource(res.GVR)
+		selector := res.Selector.String()
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = selector
+				return ri.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = selector
+				return ri.Watch(ctx, o)
+			},
+		}
+		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
+		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) })
+	}
+}
+
+// clientLocked returns a dynamic client for cluster ("*" for all) through
+// the virtual workspace.
+func (m *Manager) clientLocked(cluster string) (dynamic.Interface, error) {
+	if c, ok := m.clients[cluster]; ok {
+		return c, nil
+	}
+	cfg := rest.CopyConfig(m.opts.KCP)
+	cfg.Host = m.vwURL + "/clusters/" + cluster
+	c, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.clients[cluster] = c
+	return c, nil
+}
+
+func (m *Manager) client(cluster string) (dynamic.Interface, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.vwURL == "" {
+		return nil, errors.New("the APIExport's virtual workspace is not served yet")
+	}
+	return m.clientLocked(cluster)
+}
+
+func (m *Manager) processNext(ctx context.Context) bool {
+	it, shutdown := m.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer m.queue.Done(it)
+	if err := m.process(ctx, it); err != nil {
+		m.opts.Log.Error(err, "syncing object failed; retrying", "publishedResource", it.pr, "object", it.key)
+		m.queue.AddRateLimited(it)
+		return true
+	}
+	m.queue.Forget(it)
+	return true
+}
+
+// process turns the current state of one object into the next step:
+// finalizer first, then upserts, a delete once it is being deleted.
+func (m *Manager) process(ctx context.Context, it item) error {
+	m.mu.Lock()
+	w, ok := m.running[it.pr]
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	raw, exists, err := w.store.GetByKey(it.key)
+	if err != nil || !exists {
+		return err // gone from kcp: nothing left to do
+	}
+	obj := raw.(*unstructured.Unstructured)
+	key := objectKey(obj, w.res.GVR)
+	hasFinalizer := slices.Contains(obj.GetFinalizers(), m.finalizer)
+
+	if obj.GetDeletionTimestamp() != nil {
+		if hasFinalizer {
+			m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}))
+		}
+		return nil
+	}
+	if !hasFinalizer {
+		// The next event (our own update) sends the intent: an object is
+		// never synced before the finalizer guarantees we see its deletion.
+		return m.addFinalizer(ctx, key, obj)
+	}
+	desired := objects.DesiredState(obj)
+	data, err := json.Marshal(desired.Object)
+	if err != nil {
+		return fmt.Errorf("cannot encode %s: %w", it.key, err)
+	}
+	m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: data}}))
+	return nil
+}
+
+func (m *Manager) intent(pr string, key *ferryv1.ObjectKey, obj *unstructured.Unstructured, op any) *ferryv1.SyncIntent {
+	in := &ferryv1.SyncIntent{
+		Key:               key,
+		PublishedResource: pr,
+		Version: &ferryv1.ObjectVersion{
+			BrokerEpoch: m.opts.Epoch, Sequence: m.seq.Add(1),
+			ResourceVersion: obj.GetResourceVersion(), Generation: obj.GetGeneration(),
+		},
+	}
+	switch o := op.(type) {
+	case *ferryv1.SyncIntent_Upsert:
+		in.Operation = o
+	case *ferryv1.SyncIntent_Delete:
+		in.Operation = o
+	}
+	return in
+}
+
+func objectKey(obj *unstructured.Unstructured, gvr schema.GroupVersionResource) *ferryv1.ObjectKey {
+	return &ferryv1.ObjectKey{
+		Cluster:   logicalcluster.From(obj).String(),
+		Resource:  &ferryv1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource},
+		Namespace: obj.GetNamespace(),
+		Name:      obj.GetName(),
+		Uid:       string(obj.GetUID()),
+	}
+}
+
+func (m *Manager) resourceClient(key *ferryv1.ObjectKey) (dynamic.ResourceInterface, error) {
+	c, err := m.client(key.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	r := key.GetResource()
+	return c.Resource(schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}).Namespace(key.GetNamespace()), nil
+}
+
+func (m *Manager) addFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj *unstructured.Unstructured) error {
+	ri, err := m.resourceClient(key)
+	if err != nil {
+		return err
+	}
+	return m.patchFinalizers(ctx, ri, obj, append(slices.Clone(obj.GetFinalizers()), m.finalizer))
+}
+
+// patchFinalizers sets the finalizer list, guarded by the resourceVersion
+// so a concurrent change is never overwritten.
+func (m *Manager) patchFinalizers(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, finalizers []string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "resourceVersion": obj.GetResourceVersion(), "uid": obj.GetUID(),
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = ri.Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// ReleaseFinalizer removes the broker's finalizer from the kcp object once
+// the edge confirmed its local copy is gone. A missing object or finalizer is
+// fine (already released).
+func (m *Manager) ReleaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey) error {
+	ri, err := m.resourceClient(key)
+	if err != nil {
+		return err
+	}
+	obj, err := ri.Get(ctx, key.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if string(obj.GetUID()) != key.GetUid() || !slices.Contains(obj.GetFinalizers(), m.finalizer) {
+		return nil // another object by that name now, or already released
+	}
+	return m.patchFinalizers(ctx, ri, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == m.finalizer }))
+}
+
+// ErrNoStatus is returned by WriteStatus for resources without a status
+// subresource.
+var ErrNoStatus = errors.New("the resource has no status subresource; status is not synced back")
+
+// WriteStatus replaces the kcp object's status with status (JSON).
+func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.ObjectKey, status []byte) error {
+	m.mu.Lock()
+	res, ok := m.desired[pr]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("PublishedResource %q is not synced", pr)
+	}
+	if !res.HasStatus {
+		return ErrNoStatus
+	}
+	ri, err := m.resourceClient(key)
+	if err != nil {
+		return err
+	}
+	var value any
+	if err := json.Unmarshal(status, &value); err != nil {
+		return fmt.Errorf("status is not JSON: %w", err)
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": key.GetUid()},
+		{"op": "add", "path": "/status", "value": value},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = ri.Patch(ctx, key.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// Retry re-sends the object behind key after an apply failed, with an
+// exponential per-object delay (1 s doubling up to 5 min).
+func (m *Manager) Retry(pr string, key *ferryv1.ObjectKey) time.Duration {
+	it := item{pr: pr, key: storeKey(key)}
+	d := m.nacks.When(it)
+	m.queue.AddAfter(it, d)
+	return d
+}
+
+// Applied forgets the failure history of key after a successful apply.
+func (m *Manager) Applied(pr string, key *ferryv1.ObjectKey) {
+	m.nacks.Forget(item{pr: pr, key: storeKey(key)})
+}
+
+func storeKey(key *ferryv1.ObjectKey) string {
+	return key.GetCluster() + "|" + key.GetNamespace() + "/" + key.GetName()
+}
+
+// PublishedResourceFor finds the PublishedResource serving key's resource.
+func (m *Manager) PublishedResourceFor(key *ferryv1.ObjectKey) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := key.GetResource()
+	for pr, res := range m.desired {
+		if res.GVR.Group == r.GetGroup() && res.GVR.Resource == r.GetResource() {
+			return pr, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,168 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/pkg/projection"
+)
+
+// syncedResource derives what to sync from a successful publish; ok is false
+// when the PublishedResource disables synchronization.
+func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replicate.Resource, ok bool, err error) {
+	var spec ferryv1alpha1.PublishedResourceSpec
+	if err := json.Unmarshal(msg.GetSpec(), &spec); err != nil {
+		return r, false, err
+	}
+	if s := spec.Synchronization; s != nil && s.Enabled != nil && !*s.Enabled {
+		return r, false, nil
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := json.Unmarshal(msg.GetCustomResourceDefinition(), &crd); err != nil {
+		return r, false, err
+	}
+	selector := labels.Everything()
+	if spec.Filter != nil && spec.Filter.Resource != nil {
+		if selector, err = metav1.LabelSelectorAsSelector(spec.Filter.Resource); err != nil {
+			return r, false, fmt.Errorf("spec.filter.resource: %w", err)
+		}
+	}
+	versions := projection.SelectedVersions(&spec.Resource)
+	hasStatus := true
+	for _, v := range crd.Spec.Versions {
+		if slices.Contains(versions, v.Name) && (v.Subresources == nil || v.Subresources.Status == nil) {
+			hasStatus = false
+		}
+	}
+	gvr := res.GetServedResource()
+	return replicate.Resource{
+		PublishedResource: msg.GetPublishedResource(),
+		GVR:               schema.GroupVersionResource{Group: gvr.GetGroup(), Version: gvr.GetVersion(), Resource: gvr.GetResource()},
+		HasStatus:         hasStatus,
+		Selector:          selector,
+	}, true, nil
+}
+
+// reportTask is one edge report to apply to kcp.
+type reportTask struct {
+	id       uint64
+	pr       string
+	key      *ferryv1.ObjectKey
+	status   []byte // status report when set
+	deletion bool   // deletion confirmation
+}
+
+// reportWorker applies the edge's status reports and deletion
+// confirmations to kcp off the stream loop. Per object and kind only the
+// latest report is applied (status reports coalesce); kcp failures are
+// retried with the workqueue's rate limiter; each report is answered.
+type reportWorker struct {
+	mgr  *replicate.Manager
+	wake func()
+	log  logr.Logger
+
+	mu      sync.Mutex
+	latest  map[string]reportTask
+	answers []*ferryv1.ReportResult
+	queue   workqueue.TypedRateLimitingInterface[string]
+}
+
+func newReportWorker(mgr *replicate.Manager, wake func(), log logr.Logger) *reportWorker {
+	return &reportWorker{
+		mgr: mgr, wake: wake, log: log,
+		latest: map[string]reportTask{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"}),
+	}
+}
+
+func (w *reportWorker) add(t reportTask) {
+	k := replicate.KeyString(t.key)
+	if t.deletion {
+		k = "delete|" + k
+	} else {
+		k = "status|" + k
+	}
+	w.mu.Lock()
+	if old, ok := w.latest[k]; ok {
+		// Superseded: answer the older report right away.
+		w.answers = append(w.answers, &ferryv1.ReportResult{ReportId: old.id})
+	}
+	w.latest[k] = t
+	w.mu.Unlock()
+	w.queue.Add(k)
+}
+
+// take returns the answers ready to send.
+func (w *reportWorker) take() []*ferryv1.ReportResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.answers
+	w.answers = nil
+	return out
+}
+
+func (w *reportWorker) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for {
+		k, shutdown := w.queue.Get()
+		if shutdown {
+			return
+		}
+		w.mu.Lock()
+		t, ok := w.latest[k]
+		delete(w.latest, k)
+		w.mu.Unlock()
+		if ok {
+			w.apply(ctx, k, t)
+		}
+		w.queue.Done(k)
+	}
+}
+
+func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
+	var err error
+	if t.deletion {
+		err = w.mgr.ReleaseFinalizer(ctx, t.key)
+	} else {
+		err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status)
+	}
+	answer := &ferryv1.ReportResult{ReportId: t.id}
+	switch {
+	case err == nil:
+		w.queue.Forget(k)
+	case errors.Is(err, replicate.ErrNoStatus):
+		answer.Error = &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: err.Error()}
+		w.queue.Forget(k)
+	default:
+		w.log.Error(err, "applying an edge report to kcp failed; retrying", "object", replicate.KeyString(t.key))
+		w.mu.Lock()
+		if _, newer := w.latest[k]; !newer {
+			w.latest[k] = t
+		}
+		w.mu.Unlock()
+		w.queue.AddRateLimited(k)
+		return // answered once it succeeds
+	}
+	w.mu.Lock()
+	w.answers = append(w.answers, answer)
+	w.mu.Unlock()
+	w.wake()
+}

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/replicate"
+)
+
+// streamState is what one edge stream's loop works with besides the
+// stream itself. Only the loop's goroutine calls its methods.
+type streamState struct {
+	outbox    *replicate.Outbox
+	mgr       *replicate.Manager
+	reports   *reportWorker
+	publisher *publishWorker
+	maxSend   int
+	log       logr.Logger
+}
+
+// wakeChannel returns a non-blocking signal and the channel it signals.
+func wakeChannel() (func(), <-chan struct{}) {
+	ch := make(chan struct{}, 1)
+	return func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}, ch
+}
+
+// sendIntents sends what the outbox's window allows. An intent larger than
+// the edge accepts is not sent (it would end the stream) and counts as
+// failed for its object.
+func (st *streamState) sendIntents(stream ferryv1.SyncService_ConnectServer) error {
+	for in := st.outbox.Next(); in != nil; in = st.outbox.Next() {
+		msg := &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}
+		if size := proto.Size(msg); st.maxSend > 0 && size > st.maxSend {
+			st.outbox.Done(in.GetKey(), in.GetVersion())
+			st.log.Error(errors.New("intent too large"), "object not synced: larger than the edge accepts",
+				"object", replicate.KeyString(in.GetKey()), "bytes", size, "limit", st.maxSend)
+			continue
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// intentResult takes the edge's ack or nack.
+func (st *streamState) intentResult(r *ferryv1.IntentResult) {
+	in := st.outbox.Done(r.GetKey(), r.GetVersion())
+	if in == nil {
+		return // stale: a newer intent is on its way
+	}
+	pr := in.GetPublishedResource()
+	if r.GetError() == nil {
+		st.mgr.Applied(pr, r.GetKey())
+		return
+	}
+	e := r.GetError()
+	if e.GetRetryable() {
+		delay := st.mgr.Retry(pr, r.GetKey())
+		st.log.Info("edge could not apply an object; retrying", "object", replicate.KeyString(r.GetKey()),
+			"reason", e.GetReason().String(), "message", e.GetMessage(), "retryIn", delay.String())
+		return
+	}
+	st.log.Info("edge rejected an object; waiting for it to change in kcp", "object", replicate.KeyString(r.GetKey()),
+		"reason", e.GetReason().String(), "message", e.GetMessage())
+}
+
+func (st *streamState) statusReport(r *ferryv1.StatusReport) error {
+	pr, ok := st.mgr.PublishedResourceFor(r.GetKey())
+	if !ok {
+		return status.Errorf(codes.InvalidArgument, "status report for %s, which this edge does not sync", replicate.KeyString(r.GetKey()))
+	}
+	st.reports.add(reportTask{id: r.GetReportId(), pr: pr, key: r.GetKey(), status: r.GetStatus()})
+	return nil
+}
+
+func (st *streamState) deletionConfirmation(d *ferryv1.DeletionConfirmation) error {
+	pr, ok := st.mgr.PublishedResourceFor(d.GetKey())
+	if !ok {
+		return status.Errorf(codes.InvalidArgument, "deletion confirmation for %s, which this edge does not sync", replicate.KeyString(d.GetKey()))
+	}
+	st.outbox.Forget(d.GetKey())
+	st.reports.add(reportTask{id: d.GetReportId(), pr: pr, key: d.GetKey(), deletion: true})
+	return nil
+}

@@ -1,0 +1,34 @@
+package replica
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ferry-dev/ferry/pkg/naming"
+)
+
+// Published is a PublishedResource whose objects are synced: how a kcp-side
+// resource maps onto the local one.
+type Published struct {
+	// Name of the PublishedResource.
+	Name string
+	// Remote is the resource as served in kcp (the broker's intents use it).
+	Remote schema.GroupVersionResource
+	// Local is the CRD's resource and version matching Remote's version.
+	Local schema.GroupVersionResource
+	// LocalKind is the CRD's kind.
+	LocalKind string
+	// Namespaced tells whether the local resource is namespaced.
+	Namespaced bool
+	// HasStatus tells whether status is reported back.
+	HasStatus bool
+	// Naming are the compiled naming rules.
+	Naming *naming.Rules
+	// Revision identifies the publish this was derived from; a registration
+	// with the same name and revision is unchanged.
+	Revision string
+}
+
+// LocalGVK is the local group/version/kind.
+func (p *Published) LocalGVK() schema.GroupVersionKind {
+	return p.Local.GroupVersion().WithKind(p.LocalKind)
+}
