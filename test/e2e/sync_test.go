@@ -37,57 +37,104 @@ type syncEnv struct {
 	remoteGroup string
 }
 
+// publication is one CRD published by a PublishedResource named like its
+// plural.
+type publication struct {
+	crd  *apiextensionsv1.CustomResourceDefinition
+	spec func(*ferryv1alpha1.PublishedResourceSpec)
+}
+
 func newSyncEnv(t *testing.T, group, kind, plural string, spec func(*ferryv1alpha1.PublishedResourceSpec)) *syncEnv {
 	t.Helper()
-	ctx := context.Background()
-	e := &syncEnv{pubEnv: newPubEnv(t)}
-	apply(t, testCRD(group, kind, plural, apiextensionsv1.NamespaceScoped, "v1"))
-	prSpec := ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: kind, Version: "v1"}}
-	if spec != nil {
-		spec(&prSpec)
-	}
-	e.publish(t, plural, prSpec)
-	pr := e.waitCondition(t, plural, metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
-	parts := strings.SplitN(pr.Status.ServedResource, "/", 2)
-	res, grp, _ := strings.Cut(parts[0], ".")
-	e.remoteGVR = schema.GroupVersionResource{Group: grp, Version: parts[1], Resource: res}
-	e.remoteKind = pr.Status.ProjectedKind
-	e.localGVR = schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
+	envs := newSyncEnvs(t, "c", publication{crd: testCRD(group, kind, plural, apiextensionsv1.NamespaceScoped, "v1"), spec: spec})
+	return envs[0]
+}
 
-	var err error
-	e.consumer, err = framework.CreateWorkspace(ctx, env.kcp.Config, "root", "c-"+e.label)
+// newSyncEnvs publishes every publication through one broker and edge,
+// binds the export in a new consumer workspace and returns one syncEnv per
+// publication.
+func newSyncEnvs(t *testing.T, consumerPrefix string, pubs ...publication) []*syncEnv {
+	t.Helper()
+	p := newPubEnv(t)
+	for _, pb := range pubs {
+		apply(t, pb.crd)
+		prSpec := ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{
+			APIGroup: pb.crd.Spec.Group, Kind: pb.crd.Spec.Names.Kind, Version: "v1",
+		}}
+		if pb.spec != nil {
+			pb.spec(&prSpec)
+		}
+		p.publish(t, pb.crd.Spec.Names.Plural, prSpec)
+	}
+	var out []*syncEnv
+	for _, pb := range pubs {
+		pr := p.waitCondition(t, pb.crd.Spec.Names.Plural, metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
+		e := &syncEnv{pubEnv: p}
+		parts := strings.SplitN(pr.Status.ServedResource, "/", 2)
+		res, grp, _ := strings.Cut(parts[0], ".")
+		e.remoteGVR = schema.GroupVersionResource{Group: grp, Version: parts[1], Resource: res}
+		e.remoteKind = pr.Status.ProjectedKind
+		e.localGVR = schema.GroupVersionResource{Group: pb.crd.Spec.Group, Version: "v1", Resource: pb.crd.Spec.Names.Plural}
+		svcDyn, err := dynamic.NewForConfig(env.service.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.local = svcDyn.Resource(e.localGVR)
+		out = append(out, e)
+	}
+	consumer := bindConsumer(t, p, consumerPrefix)
+	for _, e := range out {
+		e.useConsumer(t, consumer)
+	}
+	return out
+}
+
+// bindConsumer creates a consumer workspace and binds the export there.
+func bindConsumer(t *testing.T, p *pubEnv, prefix string) logicalcluster.Path {
+	t.Helper()
+	ctx := context.Background()
+	name := prefix + "-" + p.label
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	consumer, err := framework.CreateWorkspace(ctx, env.kcp.Config, "root", strings.TrimRight(name, "-"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.BindAPIExport(ctx, env.kcp.Config, e.consumer, e.path, e.export.Name); err != nil {
+	if err := framework.BindAPIExport(ctx, env.kcp.Config, consumer, p.path, p.export.Name); err != nil {
 		t.Fatal(err)
 	}
-	lc, err := e.kcp.Cluster(e.consumer).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
+	return consumer
+}
+
+// useConsumer points the env's kcp-side client at a consumer workspace.
+func (e *syncEnv) useConsumer(t *testing.T, consumer logicalcluster.Path) {
+	t.Helper()
+	lc, err := e.kcp.Cluster(consumer).CoreV1alpha1().LogicalClusters().Get(context.Background(), "cluster", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.consumerLC = logicalcluster.From(lc).String()
+	e.consumer, e.consumerLC = consumer, logicalcluster.From(lc).String()
 	cfg := rest.CopyConfig(env.kcp.Config)
 	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
-	cfg.Host = base + "/clusters/" + e.consumer.String()
+	cfg.Host = base + "/clusters/" + consumer.String()
 	kcpDyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.remote = kcpDyn.Resource(e.remoteGVR)
-	svcDyn, err := dynamic.NewForConfig(env.service.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.local = svcDyn.Resource(e.localGVR)
-	return e
 }
 
-func (e *syncEnv) createRemote(t *testing.T, ns, name string, spec map[string]any) *unstructured.Unstructured {
+func (e *syncEnv) createRemote(t *testing.T, ns, name string, spec map[string]any, labels ...string) *unstructured.Unstructured {
 	t.Helper()
+	l := map[string]any{"team": "blue"}
+	for _, kv := range labels {
+		k, v, _ := strings.Cut(kv, "=")
+		l[k] = v
+	}
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": e.remoteGVR.GroupVersion().String(), "kind": e.remoteKind,
-		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"team": "blue"}},
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": l},
 		"spec":     spec,
 	}}
 	got, err := e.remote.Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{})
