@@ -97,6 +97,10 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	}
 
 	claims := relatedClaims(spec.Related)
+	if spec.Synchronization == nil || spec.Synchronization.Enabled == nil || *spec.Synchronization.Enabled {
+		// Sync failures are reported as Events on the kcp objects.
+		claims = append(claims, eventsClaim())
+	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		current, err := p.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})
 		if err != nil {
@@ -167,6 +171,11 @@ func mergeExport(spec *apisv1alpha2.APIExportSpec, group, plural, schemaName str
 		}
 	}
 	return changed
+}
+
+// eventsClaim lets the broker create Events in consumer workspaces.
+func eventsClaim() apisv1alpha2.PermissionClaim {
+	return apisv1alpha2.PermissionClaim{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create"}}
 }
 
 // relatedClaims are the permission claims related resources need.

@@ -414,6 +414,71 @@ func storeKey(key *ferryv1.ObjectKey) string {
 	return key.GetCluster() + "|" + key.GetNamespace() + "/" + key.GetName()
 }
 
+// RecordFailure records that the edge could not apply the object behind key
+// as a Warning Event on the kcp object, so the kcp user sees why it is not
+// synced (through the APIExport's "events" permission claim).
+func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error {
+	m.mu.Lock()
+	w, ok := m.running[pr]
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	raw, exists, err := w.store.GetByKey(storeKey(key))
+	if err != nil || !exists {
+		return err
+	}
+	obj := raw.(*unstructured.Unstructured)
+	c, err := m.client(key.GetCluster())
+	if err != nil {
+		return err
+	}
+	ns := key.GetNamespace()
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	event := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Event",
+		"metadata":   map[string]any{"generateName": key.GetName() + ".", "namespace": ns},
+		"involvedObject": map[string]any{
+			"apiVersion": obj.GetAPIVersion(), "kind": obj.GetKind(), "name": key.GetName(),
+			"namespace": key.GetNamespace(), "uid": key.GetUid(), "resourceVersion": obj.GetResourceVersion(),
+		},
+		"type":               "Warning",
+		"reason":             "SyncFailed",
+		"message":            fmt.Sprintf("the service cluster did not accept this object (%s): %s", reasonText(applyErr.GetReason()), applyErr.GetMessage()),
+		"source":             map[string]any{"component": "ferry-broker"},
+		"reportingComponent": "ferry.dev/broker",
+		"reportingInstance":  m.opts.Agent,
+		"firstTimestamp":     now,
+		"lastTimestamp":      now,
+		"count":              int64(1),
+	}}
+	_, err = c.Resource(schema.GroupVersionResource{Version: "v1", Resource: "events"}).Namespace(ns).Create(ctx, event, metav1.CreateOptions{})
+	return err
+}
+
+func reasonText(r ferryv1.ApplyErrorReason) string {
+	switch r {
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED:
+		return "rejected"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED:
+		return "not published"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID:
+		return "invalid"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE:
+		return "too large"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE:
+		return "service cluster unavailable"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT:
+		return "conflict"
+	default:
+		return "error"
+	}
+}
+
 // PublishedResourceFor finds the PublishedResource serving key's resource.
 func (m *Manager) PublishedResourceFor(key *ferryv1.ObjectKey) (string, bool) {
 	m.mu.Lock()

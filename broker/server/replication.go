@@ -62,8 +62,9 @@ type reportTask struct {
 	id       uint64
 	pr       string
 	key      *ferryv1.ObjectKey
-	status   []byte // status report when set
-	deletion bool   // deletion confirmation
+	status   []byte              // status report when set
+	deletion bool                // deletion confirmation
+	failure  *ferryv1.ApplyError // a nack to record as an Event (not answered)
 }
 
 // reportWorker applies the edge's status reports and deletion
@@ -92,13 +93,16 @@ func newReportWorker(mgr *replicate.Manager, wake func(), log logr.Logger) *repo
 
 func (w *reportWorker) add(t reportTask) {
 	k := replicate.KeyString(t.key)
-	if t.deletion {
+	switch {
+	case t.deletion:
 		k = "delete|" + k
-	} else {
+	case t.failure != nil:
+		k = "failure|" + k
+	default:
 		k = "status|" + k
 	}
 	w.mu.Lock()
-	if old, ok := w.latest[k]; ok {
+	if old, ok := w.latest[k]; ok && old.failure == nil {
 		// Superseded: answer the older report right away.
 		w.answers = append(w.answers, &ferryv1.ReportResult{ReportId: old.id})
 	}
@@ -139,9 +143,17 @@ func (w *reportWorker) run(ctx context.Context) {
 
 func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	var err error
-	if t.deletion {
+	switch {
+	case t.failure != nil:
+		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure); err != nil {
+			// Best effort: the failure is logged and retried by itself.
+			w.log.Error(err, "cannot record a sync failure as an Event in kcp", "object", replicate.KeyString(t.key))
+		}
+		w.queue.Forget(k)
+		return
+	case t.deletion:
 		err = w.mgr.ReleaseFinalizer(ctx, t.key)
-	} else {
+	default:
 		err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status)
 	}
 	answer := &ferryv1.ReportResult{ReportId: t.id}

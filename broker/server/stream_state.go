@@ -65,6 +65,7 @@ func (st *streamState) intentResult(r *ferryv1.IntentResult) {
 		return
 	}
 	e := r.GetError()
+	st.reports.add(reportTask{pr: pr, key: r.GetKey(), failure: e})
 	if e.GetRetryable() {
 		delay := st.mgr.Retry(pr, r.GetKey())
 		st.log.Info("edge could not apply an object; retrying", "object", replicate.KeyString(r.GetKey()),

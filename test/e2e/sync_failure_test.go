@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ferry-dev/ferry/test/framework"
+)
+
+// TestSyncFailureIsVisibleInKCPAndRecovers makes the service cluster reject
+// an object (a ValidatingAdmissionPolicy), expects a Warning Event on the
+// kcp object saying why, then removes the policy and expects the object to
+// sync by itself.
+func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "failing.example.com", "Gizmo", "gizmos", nil)
+	kube, err := kubernetes.NewForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: e.label + "-deny"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{"failing.example.com"}, APIVersions: []string{"*"}, Resources: []string{"gizmos"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "object.spec.fieldV1 != 'forbidden'", Message: "fieldV1 may not be forbidden here"}},
+		},
+	}
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: e.label + "-deny"},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), policy.Name, metav1.DeleteOptions{})
+	})
+	// Policies take effect asynchronously: wait until one bites.
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "failing.example.com/v1", "kind": "Gizmo",
+		"metadata": map[string]any{"name": "probe", "namespace": "default"}, "spec": map[string]any{"fieldV1": "forbidden"},
+	}}
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		_, err := e.local.Namespace("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Sprintf("probe create: %v", err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e.createRemote(t, "default", "bad", map[string]any{"fieldV1": "forbidden"})
+
+	// The kcp user sees why.
+	cfg := rest.CopyConfig(env.kcp.Config)
+	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
+	cfg.Host = base + "/clusters/" + e.consumer.String()
+	consumerKube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		events, err := consumerKube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name == "bad" && ev.Reason == "SyncFailed" && ev.Type == "Warning" &&
+				strings.Contains(ev.Message, "fieldV1 may not be forbidden here") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none SyncFailed for bad with the policy's message", len(events.Items))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The cause goes away; the object syncs by itself (retried with backoff).
+	if err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLocal(t, "default", "bad", func(u *unstructured.Unstructured) (bool, string) {
+		v, _ := specField(u, "fieldV1")
+		return v == "forbidden", "spec.fieldV1 = " + v
+	})
+}
