@@ -63,6 +63,9 @@ type Options struct {
 	Outbox *Outbox
 	// Log receives logs.
 	Log logr.Logger
+	// InventoryGate, when positive, holds each resource's upserts until the
+	// edge's inventory for it is complete, or for at most this long.
+	InventoryGate time.Duration
 }
 
 // Manager runs one session's watches. Create with NewManager, then Run.
@@ -80,7 +83,15 @@ type Manager struct {
 	desired map[string]Resource
 	running map[string]*watcher
 	clients map[string]dynamic.Interface
+	// open tells, per PublishedResource, whether its upserts may be sent
+	// (inventory complete, or gating off or timed out).
+	open map[string]bool
+	// inventory holds, per PublishedResource and object, the kcp
+	// resourceVersion and uid the edge reported as applied.
+	inventory map[string]map[string]inventoryEntry
 }
+
+type inventoryEntry struct{ rv, uid string }
 
 type item struct{ pr, key string }
 
@@ -100,6 +111,8 @@ func NewManager(o Options) *Manager {
 		desired:   map[string]Resource{},
 		running:   map[string]*watcher{},
 		clients:   map[string]dynamic.Interface{},
+		open:      map[string]bool{},
+		inventory: map[string]map[string]inventoryEntry{},
 	}
 }
 
@@ -150,8 +163,77 @@ func (m *Manager) Ensure(res Resource) {
 	if w, ok := m.running[res.PublishedResource]; ok && (w.res.GVR != res.GVR || w.res.Selector.String() != res.Selector.String() || w.res.HasStatus != res.HasStatus) {
 		m.stopLocked(res.PublishedResource)
 	}
+	if _, known := m.desired[res.PublishedResource]; !known {
+		m.gateLocked(res.PublishedResource)
+	}
 	m.desired[res.PublishedResource] = res
 	m.reconcileLocked()
+}
+
+// gateLocked closes pr's gate until its inventory is complete or the gate
+// times out.
+func (m *Manager) gateLocked(pr string) {
+	if m.opts.InventoryGate <= 0 {
+		m.open[pr] = true
+		return
+	}
+	m.open[pr] = false
+	time.AfterFunc(m.opts.InventoryGate, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if open, ok := m.open[pr]; ok && !open {
+			m.opts.Log.Info("no complete inventory from the edge in time; sending every object", "publishedResource", pr)
+			m.openLocked(pr)
+		}
+	})
+}
+
+// openLocked opens pr's gate and re-evaluates all its objects.
+func (m *Manager) openLocked(pr string) {
+	m.open[pr] = true
+	if w, ok := m.running[pr]; ok {
+		for _, k := range w.store.ListKeys() {
+			m.queue.Add(item{pr: pr, key: k})
+		}
+	}
+}
+
+// Inventory records a chunk of the edge's inventory; the last chunk of a
+// PublishedResource opens its gate.
+func (m *Manager) Inventory(inv *ferryv1.Inventory) {
+	pr := inv.GetPublishedResource()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	entries := m.inventory[pr]
+	if entries == nil {
+		entries = map[string]inventoryEntry{}
+		m.inventory[pr] = entries
+	}
+	for _, e := range inv.GetEntries() {
+		entries[storeKey(e.GetKey())] = inventoryEntry{rv: e.GetAppliedResourceVersion(), uid: e.GetKey().GetUid()}
+	}
+	if inv.GetComplete() {
+		if open, ok := m.open[pr]; !ok || !open {
+			m.opts.Log.Info("edge inventory complete", "publishedResource", pr, "objects", len(entries))
+			m.openLocked(pr)
+		}
+	}
+}
+
+// alreadyApplied tells (once) whether the edge's inventory shows obj's
+// current state applied; the entry is consumed so later changes are sent.
+func (m *Manager) alreadyApplied(pr, key string, obj *unstructured.Unstructured) (applied, gated bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.open[pr] {
+		return false, true
+	}
+	e, ok := m.inventory[pr][key]
+	if !ok {
+		return false, false
+	}
+	delete(m.inventory[pr], key)
+	return e.rv == obj.GetResourceVersion() && e.uid == string(obj.GetUID()), false
 }
 
 // Remove stops syncing a PublishedResource's objects. Finalizers already on
@@ -160,6 +242,8 @@ func (m *Manager) Remove(pr string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.desired, pr)
+	delete(m.open, pr)
+	delete(m.inventory, pr)
 	m.stopLocked(pr)
 }
 
@@ -270,6 +354,10 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		// The next event (our own update) sends the intent: an object is
 		// never synced before the finalizer guarantees we see its deletion.
 		return m.addFinalizer(ctx, key, obj)
+	}
+	applied, gated := m.alreadyApplied(it.pr, it.key, obj)
+	if gated || applied {
+		return nil // held until the inventory is complete, or the edge has it
 	}
 	desired := objects.DesiredState(obj)
 	data, err := json.Marshal(desired.Object)

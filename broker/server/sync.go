@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -113,6 +114,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		PeerAddress:         addr,
 		ProtocolVersion:     negotiated,
 		EdgeMaxMessageBytes: hello.GetMaxReceiveMessageBytes(),
+		Capabilities:        protocol.IntersectCapabilities(hello.GetCapabilities()),
 		ConnectedAt:         time.Now(),
 	}, func() { cancel(errShuttingDown) })
 
@@ -181,6 +183,7 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 	outbox := replicate.NewOutbox(s.window, wakeOutbox)
 	mgr := replicate.NewManager(replicate.Options{
 		KCP: s.kcp, Agent: sess.AgentName, Epoch: s.epoch, Outbox: outbox, Log: log.WithName("replicate"),
+		InventoryGate: inventoryGate(sess.Capabilities),
 	})
 	go mgr.Run(ctx, 2)
 	wakeReports, reportsReady := wakeChannel()
@@ -292,6 +295,12 @@ func (s *syncService) handle(msg *ferryv1.ConnectRequest, st *streamState) error
 		return st.statusReport(m.StatusReport)
 	case *ferryv1.ConnectRequest_DeletionConfirmation:
 		return st.deletionConfirmation(m.DeletionConfirmation)
+	case *ferryv1.ConnectRequest_Inventory:
+		if m.Inventory.GetPublishedResource() == "" {
+			return status.Error(codes.InvalidArgument, "Inventory needs published_resource")
+		}
+		st.mgr.Inventory(m.Inventory)
+		return nil
 	case *ferryv1.ConnectRequest_Hello:
 		return status.Error(codes.InvalidArgument, "EdgeHello may only be sent once per stream")
 	case nil:
@@ -299,6 +308,15 @@ func (s *syncService) handle(msg *ferryv1.ConnectRequest, st *streamState) error
 	default:
 		return status.Errorf(codes.Unimplemented, "this broker does not handle %T yet", m)
 	}
+}
+
+// inventoryGate is how long the broker waits for an edge's inventory before
+// sending every object; zero when the edge does not do inventories.
+func inventoryGate(caps []ferryv1.Capability) time.Duration {
+	if slices.Contains(caps, ferryv1.Capability_CAPABILITY_INVENTORY_RESYNC) {
+		return 30 * time.Second
+	}
+	return 0
 }
 
 func exportStatus(ref config.APIExportRef, state kcp.ExportState) *ferryv1.ExportStatus {

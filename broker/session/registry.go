@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
 )
@@ -27,7 +28,9 @@ type Info struct {
 	ProtocolVersion uint32
 	// EdgeMaxMessageBytes is the largest message the edge accepts.
 	EdgeMaxMessageBytes uint32
-	ConnectedAt         time.Time
+	// Capabilities both sides support on this stream.
+	Capabilities []ferryv1.Capability
+	ConnectedAt  time.Time
 }
 
 // Session is one accepted edge stream.

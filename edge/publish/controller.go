@@ -164,9 +164,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.Store.Set(msg)
 
 	res := st.Result
+	current := res != nil && res.GetRevision() == msg.GetRevision()
+	if current && res.GetState() == ferryv1.PublishState_PUBLISH_STATE_FAILED {
+		r.Sync.RemovePublished(pr.Name)
+	} else if group != placeholderGroup {
+		// Sync is registered as soon as the real projection is known, not
+		// after the broker's answer, so the local copies are watched (and
+		// inventoried) early after a (re)connect.
+		r.registerSync(&pr, crd, proj, rules, msg.GetRevision())
+	}
 	switch {
-	case res != nil && res.GetRevision() == msg.GetRevision():
-		r.registerSync(&pr, crd, proj, rules, res)
+	case current:
 		return reconcile.Result{}, r.statusFromResult(ctx, &pr, crd, res)
 	case !st.Connected:
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonBrokerUnavailable,
@@ -186,29 +194,28 @@ func (r *Reconciler) withdraw(name string) {
 // registerSync tells the sync engine how objects of a published resource
 // map onto the CRD, or that they are not synced.
 func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition,
-	proj *projection.Result, rules *naming.Rules, res *ferryv1.PublishResult,
+	proj *projection.Result, rules *naming.Rules, revision string,
 ) {
-	served := res.GetServedResource()
-	if res.GetState() != ferryv1.PublishState_PUBLISH_STATE_PUBLISHED || served == nil ||
-		(pr.Spec.Synchronization != nil && pr.Spec.Synchronization.Enabled != nil && !*pr.Spec.Synchronization.Enabled) {
+	if pr.Spec.Synchronization != nil && pr.Spec.Synchronization.Enabled != nil && !*pr.Spec.Synchronization.Enabled {
 		r.Sync.RemovePublished(pr.Name)
 		return
 	}
+	served := proj.Resource
 	localVersion := ""
 	for src, dst := range proj.VersionMap {
-		if dst == served.GetVersion() {
+		if dst == served.Version {
 			localVersion = src
 		}
 	}
 	r.Sync.SetPublished(&replica.Published{
 		Name:       pr.Name,
-		Remote:     schema.GroupVersionResource{Group: served.GetGroup(), Version: served.GetVersion(), Resource: served.GetResource()},
+		Remote:     served,
 		Local:      schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
 		LocalKind:  crd.Spec.Names.Kind,
 		Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
 		HasStatus:  hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)),
 		Naming:     rules,
-		Revision:   res.GetRevision(),
+		Revision:   revision,
 	})
 }
 

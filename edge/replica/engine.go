@@ -73,6 +73,7 @@ type localWatch struct {
 	pub    *Published
 	store  cache.Indexer
 	cancel context.CancelFunc
+	synced bool // the informer has listed the local copies
 }
 
 // NewEngine returns an engine; Run starts it.
@@ -178,6 +179,54 @@ func (e *Engine) watchLocked(p *Published) {
 	})
 	w.store = informer.GetIndexer()
 	go informer.RunWithContext(ctx)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			w.synced = true
+			if e.watches[p.Name] == w {
+				e.sendInventoryLocked(w)
+			}
+		}
+	}()
+}
+
+// inventoryChunk bounds the entries per Inventory message.
+const inventoryChunk = 500
+
+// sendInventoryLocked tells the broker which kcp states this agent's local
+// copies of w's resource were applied from, so it re-sends only what
+// differs. Sent once the local watch is synced, on every stream.
+func (e *Engine) sendInventoryLocked(w *localWatch) {
+	if !e.connected || !w.synced {
+		return
+	}
+	var entries []*ferryv1.InventoryEntry
+	for _, o := range w.store.List() {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
+		if !ok {
+			continue
+		}
+		entries = append(entries, &ferryv1.InventoryEntry{
+			Key:                    remoteKey(w.pub, remote),
+			AppliedResourceVersion: u.GetAnnotations()[naming.AnnotationResourceVersion],
+			PublishedResource:      w.pub.Name,
+		})
+	}
+	for {
+		n := min(len(entries), inventoryChunk)
+		e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Inventory{Inventory: &ferryv1.Inventory{
+			PublishedResource: w.pub.Name, Entries: entries[:n], Complete: n == len(entries),
+		}}})
+		entries = entries[n:]
+		if len(entries) == 0 {
+			return
+		}
+	}
 }
 
 func indexByRemote(obj any) ([]string, error) {
@@ -211,6 +260,10 @@ func (e *Engine) Connected() {
 	e.reportID = 0
 	clear(e.statusSum)
 	for _, w := range e.watches {
+		e.sendInventoryLocked(w)
+		if !w.synced {
+			continue
+		}
 		for _, obj := range w.store.List() {
 			e.reportStatusLocked(w, obj)
 		}

@@ -85,6 +85,9 @@ func startEdge(t *testing.T, name, pkiDir, client, brokerAddress string, extraAr
 // -race).
 func stopChecked(t *testing.T, p *framework.Process) {
 	t.Helper()
+	if p.Killed() {
+		return // killed on purpose by the test
+	}
 	if err := p.Stop(20 * time.Second); err != nil {
 		t.Errorf("%s did not shut down cleanly on SIGTERM: %v (log %s)", p.Name, err, p.LogFile)
 	} else if err := p.ExitErr(); err != nil {

@@ -20,6 +20,7 @@ type Process struct {
 	exited chan struct{}
 	mu     sync.Mutex
 	err    error
+	killed bool
 }
 
 // StartProcess starts bin with args; stdout and stderr go to
@@ -100,8 +101,18 @@ func (p *Process) Stop(grace time.Duration) error {
 
 // Kill sends SIGKILL to the process group and waits for the exit.
 func (p *Process) Kill() {
+	p.mu.Lock()
+	p.killed = true
+	p.mu.Unlock()
 	_ = p.Signal(syscall.SIGKILL)
 	<-p.exited
+}
+
+// Killed tells whether Kill was called.
+func (p *Process) Killed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.killed
 }
 
 // cleanAfterTerm treats "killed by the SIGTERM we sent" as a clean stop:

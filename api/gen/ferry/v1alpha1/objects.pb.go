@@ -740,18 +740,23 @@ func (x *IntentResult) GetLocalName() string {
 	return ""
 }
 
-// Inventory is one chunk of the edge's view of what it has applied, sent
-// after every handshake. The broker re-sends intents only for keys missing
-// here or whose resource version differs, and deletes for keys the broker no
-// longer knows.
+// Inventory is one chunk of the edge's view of what it has applied for one
+// PublishedResource, sent on every stream once the edge's watch of the local
+// copies is synced. Until the last chunk (complete = true) arrives, the
+// broker holds that PublishedResource's upserts; then it sends only those
+// whose kcp resource version differs from the inventory. Deletions need no
+// inventory: the broker's finalizer keeps deleted objects visible in kcp
+// until the edge confirms.
 type Inventory struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Objects the edge holds locally.
 	Entries []*InventoryEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	// True on the last chunk. Required exactly once per stream.
-	Complete      bool `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// True on the last chunk of the PublishedResource.
+	Complete bool `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	// The PublishedResource the chunk covers. Required.
+	PublishedResource string `protobuf:"bytes,3,opt,name=published_resource,json=publishedResource,proto3" json:"published_resource,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Inventory) Reset() {
@@ -796,6 +801,13 @@ func (x *Inventory) GetComplete() bool {
 		return x.Complete
 	}
 	return false
+}
+
+func (x *Inventory) GetPublishedResource() string {
+	if x != nil {
+		return x.PublishedResource
+	}
+	return ""
 }
 
 // InventoryEntry is one local copy of a kcp object.
@@ -1331,10 +1343,11 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\x12'\n" +
 	"\x0flocal_namespace\x18\x04 \x01(\tR\x0elocalNamespace\x12\x1d\n" +
 	"\n" +
-	"local_name\x18\x05 \x01(\tR\tlocalName\"a\n" +
+	"local_name\x18\x05 \x01(\tR\tlocalName\"\x90\x01\n" +
 	"\tInventory\x128\n" +
 	"\aentries\x18\x01 \x03(\v2\x1e.ferry.v1alpha1.InventoryEntryR\aentries\x12\x1a\n" +
-	"\bcomplete\x18\x02 \x01(\bR\bcomplete\"\xa6\x01\n" +
+	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12-\n" +
+	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\"\xa6\x01\n" +
 	"\x0eInventoryEntry\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x128\n" +
 	"\x18applied_resource_version\x18\x02 \x01(\tR\x16appliedResourceVersion\x12-\n" +
