@@ -222,18 +222,15 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 
 // alreadyApplied tells (once) whether the edge's inventory shows obj's
 // current state applied; the entry is consumed so later changes are sent.
-func (m *Manager) alreadyApplied(pr, key string, obj *unstructured.Unstructured) (applied, gated bool) {
+func (m *Manager) alreadyApplied(pr, key string, obj *unstructured.Unstructured) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.open[pr] {
-		return false, true
-	}
 	e, ok := m.inventory[pr][key]
 	if !ok {
-		return false, false
+		return false
 	}
 	delete(m.inventory[pr], key)
-	return e.rv == obj.GetResourceVersion() && e.uid == string(obj.GetUID()), false
+	return e.rv == obj.GetResourceVersion() && e.uid == string(obj.GetUID())
 }
 
 // Remove stops syncing a PublishedResource's objects. Finalizers already on
@@ -343,6 +340,14 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	obj := raw.(*unstructured.Unstructured)
 	key := objectKey(obj, w.res.GVR)
 	hasFinalizer := slices.Contains(obj.GetFinalizers(), m.finalizer)
+	m.mu.Lock()
+	open := m.open[it.pr]
+	m.mu.Unlock()
+	if !open && hasFinalizer {
+		// Held until the edge's inventory is complete (openLocked requeues):
+		// the edge cannot act on this resource before it watches its copies.
+		return nil
+	}
 
 	if obj.GetDeletionTimestamp() != nil {
 		if hasFinalizer {
@@ -355,9 +360,8 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		// never synced before the finalizer guarantees we see its deletion.
 		return m.addFinalizer(ctx, key, obj)
 	}
-	applied, gated := m.alreadyApplied(it.pr, it.key, obj)
-	if gated || applied {
-		return nil // held until the inventory is complete, or the edge has it
+	if m.alreadyApplied(it.pr, it.key, obj) {
+		return nil // the edge has this state already
 	}
 	desired := objects.DesiredState(obj)
 	data, err := json.Marshal(desired.Object)

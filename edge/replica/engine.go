@@ -309,11 +309,36 @@ func (e *Engine) next(ctx context.Context) bool {
 	if in == nil {
 		return true
 	}
+	if !e.ready(in) {
+		// The local copies are not listed yet: applying now could miss an
+		// existing copy (a delete would be confirmed without deleting it).
+		// Keep the intent unless a newer one arrived and try again shortly.
+		e.mu.Lock()
+		if _, newer := e.latest[k]; !newer {
+			e.latest[k] = in
+		}
+		e.mu.Unlock()
+		e.queue.AddRateLimited(k)
+		return true
+	}
+	e.queue.Forget(k)
 	res := e.apply(ctx, in)
 	e.mu.Lock()
 	e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: res}})
 	e.mu.Unlock()
 	return true
+}
+
+// ready tells whether the local watch of in's resource has synced; intents
+// for resources this edge does not publish are ready (they are refused).
+func (e *Engine) ready(in *ferryv1.SyncIntent) bool {
+	_, w := e.forRemote(in.GetKey().GetResource())
+	if w == nil {
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return w.synced
 }
 
 func keyString(k *ferryv1.ObjectKey) string {
