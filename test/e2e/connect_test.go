@@ -283,3 +283,45 @@ func TestBadInputStopsWithClearMessage(t *testing.T) {
 		})
 	}
 }
+
+func TestEdgeReplicasElectOneLeader(t *testing.T) {
+	ctx := context.Background()
+	export := newExport(t)
+	pki := newPKI(t, "pki", "edge", "admin")
+	edgeID := devpki.IdentityFor("edge")
+	broker := startBroker(t, pki, config.Config{
+		Edges:  []config.Edge{{Identity: edgeID, APIExport: export}},
+		Admins: []string{devpki.IdentityFor("admin")},
+	})
+	conn := adminConn(t, broker, pki)
+	// Both replicas are agent "edge-le"; short leases keep the test quick.
+	lease := []string{"--agent-name", "edge-le", "--leader-election-lease-duration", "4s",
+		"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms"}
+
+	first := startEdge(t, "replica-1", pki, "edge", broker.Address, lease...)
+	leader, err := framework.WaitEdgeState(ctx, conn, edgeID, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := startEdge(t, "replica-2", pki, "edge", broker.Address, lease...)
+	waitLog(t, second, 30*time.Second, "Attempting to acquire leader lease")
+	// The standby never dials while the leader lives: the broker would
+	// refuse it, which would show in its log.
+	time.Sleep(6 * time.Second) // longer than a lease: the standby must not take over a live leader
+	assertLogLacks(t, second, "connected to broker")
+	assertLogLacks(t, second, "broker refused this edge")
+
+	// The leader dies without releasing the lease; the standby takes over.
+	first.Kill()
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		e, err := framework.WaitEdgeState(ctx, conn, edgeID, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		return e.GetSessionId() != leader.GetSessionId(), "still the old session " + e.GetSessionId()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, second, 10*time.Second, "connected to broker")
+}

@@ -15,6 +15,10 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -129,6 +133,17 @@ func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir s
 	if err != nil {
 		sc.Stop()
 		return nil, fmt.Errorf("service cluster did not become ready (logs %s, %s): %w", api.LogFile, etcd.LogFile, err)
+	}
+	// The edge's leader election Lease lives here (deploy/edge/edge.yaml
+	// creates it in a real cluster).
+	kube, err := kubernetes.NewForConfig(sc.Config)
+	if err != nil {
+		sc.Stop()
+		return nil, err
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ferry-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		sc.Stop()
+		return nil, err
 	}
 	return sc, nil
 }

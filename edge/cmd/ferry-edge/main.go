@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -19,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -79,6 +79,13 @@ func run(args []string) error {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&ferryv1alpha1.PublishedResource{}: {Label: completed.Selector},
 		}},
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              "ferry-edge-" + opts.AgentName,
+		LeaderElectionNamespace:       opts.LeaderNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &opts.LeaseDuration,
+		RenewDeadline:                 &opts.RenewDeadline,
+		RetryPeriod:                   &opts.RetryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("cannot set up the controller manager for the service cluster: %w", err)
@@ -109,11 +116,19 @@ func run(args []string) error {
 		Log:               log,
 	})
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return mgr.Start(gctx) })
-	g.Go(func() error { return link.Run(gctx) })
-	g.Go(func() error { return engine.Run(gctx, 4) })
-	err = g.Wait()
+	// The broker link and the sync engine run only on the elected leader,
+	// like the controllers: a standby replica neither connects nor writes.
+	if err := mgr.Add(manager.RunnableFunc(link.Run)); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return engine.Run(ctx, 4) })); err != nil {
+		return err
+	}
+	go func() {
+		<-mgr.Elected()
+		log.Info("leading: connecting to the broker")
+	}()
+	err = mgr.Start(ctx)
 	log.Info("stopped")
 	return err
 }

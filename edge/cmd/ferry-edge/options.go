@@ -31,6 +31,11 @@ type Options struct {
 	BackoffMax        time.Duration
 	Selector          string
 	InstallCRDs       bool
+	LeaderElect       bool
+	LeaderNamespace   string
+	LeaseDuration     time.Duration
+	RenewDeadline     time.Duration
+	RetryPeriod       time.Duration
 	Zap               zap.Options
 }
 
@@ -42,6 +47,11 @@ func NewOptions() *Options {
 		BackoffInitial:    250 * time.Millisecond,
 		BackoffMax:        5 * time.Second,
 		InstallCRDs:       true,
+		LeaderElect:       true,
+		LeaderNamespace:   "ferry-system",
+		LeaseDuration:     15 * time.Second,
+		RenewDeadline:     10 * time.Second,
+		RetryPeriod:       2 * time.Second,
 	}
 }
 
@@ -60,6 +70,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.BackoffMax, "reconnect-max-delay", o.BackoffMax, "Upper bound of any reconnect delay (full jitter).")
 	fs.StringVar(&o.Selector, "published-resource-selector", o.Selector, "Label selector: this edge handles only matching PublishedResources (several edges can share a cluster).")
 	fs.BoolVar(&o.InstallCRDs, "install-crds", o.InstallCRDs, "Create or update the PublishedResource CRD at start.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among edge replicas (a Lease in the service cluster); only the leader connects to the broker and syncs.")
+	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", o.LeaderNamespace, "Namespace of the leader election Lease (must exist).")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "How long a replica waits before taking over an expired lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "How long the leader keeps trying to renew before it gives up leadership.")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "How often replicas try to acquire or renew the lease.")
 	cli.AddLogFlags(fs, &o.Zap)
 }
 
@@ -86,6 +101,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxMessageBytes < protocol.MinMaxMessageBytes {
 		errs = append(errs, fmt.Errorf("--max-message-bytes must be at least %d", protocol.MinMaxMessageBytes))
+	}
+	if o.LeaderElect && (o.LeaderNamespace == "" || o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline) {
+		errs = append(errs, errors.New("leader election needs --leader-election-namespace and retry-period < renew-deadline < lease-duration"))
 	}
 	if _, err := labels.Parse(o.Selector); err != nil {
 		errs = append(errs, fmt.Errorf("--published-resource-selector: %w", err))
