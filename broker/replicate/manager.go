@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/pkg/objects"
 )
 
@@ -48,6 +49,9 @@ type Resource struct {
 	HasStatus bool
 	// Selector filters objects by their labels (spec.filter.resource).
 	Selector labels.Selector
+	// WorkspacePaths sends each object's workspace path along
+	// (spec.enableWorkspacePaths).
+	WorkspacePaths bool
 }
 
 // Options configure a Manager. All fields are required.
@@ -89,6 +93,8 @@ type Manager struct {
 	// inventory holds, per PublishedResource and object, the kcp
 	// resourceVersion and uid the edge reported as applied.
 	inventory map[string]map[string]inventoryEntry
+	// paths caches workspace paths by logical cluster (they never change).
+	paths map[string]string
 }
 
 type inventoryEntry struct{ rv, uid string }
@@ -113,6 +119,7 @@ func NewManager(o Options) *Manager {
 		clients:   map[string]dynamic.Interface{},
 		open:      map[string]bool{},
 		inventory: map[string]map[string]inventoryEntry{},
+		paths:     map[string]string{},
 	}
 }
 
@@ -368,8 +375,38 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	if err != nil {
 		return fmt.Errorf("cannot encode %s: %w", it.key, err)
 	}
-	m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: data}}))
+	upsert := &ferryv1.UpsertIntent{Object: data}
+	if w.res.WorkspacePaths {
+		if upsert.WorkspacePath, err = m.workspacePath(ctx, key.GetCluster()); err != nil {
+			return err
+		}
+	}
+	m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: upsert}))
 	return nil
+}
+
+// workspacePath resolves a logical cluster name to its workspace path (the
+// kcp.io/path annotation of the workspace's LogicalCluster object).
+func (m *Manager) workspacePath(ctx context.Context, cluster string) (string, error) {
+	m.mu.Lock()
+	p, ok := m.paths[cluster]
+	m.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	client, err := kcp.NewClient(m.opts.KCP)
+	if err != nil {
+		return "", err
+	}
+	lc, err := client.Cluster(logicalcluster.Name(cluster).Path()).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("cannot resolve the workspace path of %s: %w", cluster, err)
+	}
+	p = lc.GetAnnotations()["kcp.io/path"]
+	m.mu.Lock()
+	m.paths[cluster] = p
+	m.mu.Unlock()
+	return p, nil
 }
 
 func (m *Manager) intent(pr string, key *ferryv1.ObjectKey, obj *unstructured.Unstructured, op any) *ferryv1.SyncIntent {

@@ -54,6 +54,7 @@ func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replica
 		GVR:               schema.GroupVersionResource{Group: gvr.GetGroup(), Version: gvr.GetVersion(), Resource: gvr.GetResource()},
 		HasStatus:         hasStatus,
 		Selector:          selector,
+		WorkspacePaths:    spec.EnableWorkspacePaths,
 	}, true, nil
 }
 

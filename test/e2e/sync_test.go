@@ -183,7 +183,9 @@ func specField(u *unstructured.Unstructured, f string) (string, bool) {
 
 func TestSyncCreateUpdateStatusDelete(t *testing.T) {
 	ctx := context.Background()
-	e := newSyncEnv(t, "sync.example.com", "Bucket", "buckets", nil)
+	e := newSyncEnv(t, "sync.example.com", "Bucket", "buckets", func(s *ferryv1alpha1.PublishedResourceSpec) {
+		s.EnableWorkspacePaths = true
+	})
 
 	e.createRemote(t, "default", "photos", map[string]any{"fieldV1": "small", "color": "red"})
 	local := e.waitLocal(t, "default", "photos", func(u *unstructured.Unstructured) (bool, string) {
@@ -196,6 +198,9 @@ func TestSyncCreateUpdateStatusDelete(t *testing.T) {
 	}
 	if local.GetLabels()["team"] != "blue" || local.GetAnnotations()[naming.AnnotationName] != "photos" {
 		t.Errorf("labels/annotations not carried: %v %v", local.GetLabels(), local.GetAnnotations())
+	}
+	if got := local.GetAnnotations()[naming.AnnotationWorkspacePath]; got != e.consumer.String() {
+		t.Errorf("enableWorkspacePaths: annotation %q, want %q", got, e.consumer.String())
 	}
 	e.waitRemote(t, "default", "photos", func(u *unstructured.Unstructured, err error) (bool, string) {
 		if err != nil {
