@@ -18,11 +18,16 @@ import (
 
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	kcpclient "github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
@@ -173,6 +178,18 @@ func run(dir string) (err error) {
 	if err != nil {
 		return err
 	}
+
+	step("creating ManagedDatabase default/orders in root:" + consumerWorkspace)
+	consumerCfg := rest.CopyConfig(kcp.Config)
+	consumerCfg.Host = kcpBase + "/clusters/" + consumer.String()
+	if err := framework.ApplyFile(ctx, consumerCfg, filepath.Join(examples, "database-object.yaml")); err != nil {
+		return err
+	}
+	local, err := waitLocalDatabase(ctx, svc.Config)
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, logDir)
+	}
+	fmt.Printf("    synced to the service cluster as Database %s/%s\n", local.GetNamespace(), local.GetName())
 	envFile := filepath.Join(dir, "env")
 	env := fmt.Sprintf(`export KCP_KUBECONFIG=%q
 export SERVICE_KUBECONFIG=%q
@@ -193,7 +210,7 @@ export KCP_SERVER=%q
 		return err
 	}
 	fmt.Printf(`
-ferry demo is running: the edge is connected, the sample CRD is published and bound in root:%[4]s.
+ferry demo is running: the sample CRD is published, bound in root:%[4]s, and default/orders is synced.
 
 In another shell:
   source %[1]s
@@ -212,9 +229,18 @@ In another shell:
   kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[2]s get apiexports,apiresourceschemas
   kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s api-resources --api-group %[5]s
 
+  # the synced object: in kcp, and its copy in the service cluster
+  kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s get manageddatabases -n default
+  kubectl --kubeconfig $SERVICE_KUBECONFIG get databases -A --show-labels
+
+  # play the service's controller: set the local status, and watch it appear in kcp
+  kubectl --kubeconfig $SERVICE_KUBECONFIG patch database -n %[6]s %[7]s --subresource=status --type=merge \
+    -p '{"status":{"phase":"Ready","endpoint":"orders.db.example.com:5432"}}'
+  kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s get manageddatabase orders -n default -o jsonpath='{.status}'
+
 Logs: %[3]s
 Press Ctrl-C to stop.
-`, envFile, providerWorkspace, logDir, consumerWorkspace, exportName)
+`, envFile, providerWorkspace, logDir, consumerWorkspace, exportName, local.GetNamespace(), local.GetName())
 
 	select {
 	case <-ctx.Done():
@@ -229,3 +255,26 @@ Press Ctrl-C to stop.
 }
 
 func step(msg string) { fmt.Println("==> " + msg) }
+
+// waitLocalDatabase waits for the local copy of root:demo-consumer's
+// default/orders (found by the labels the edge puts on copies).
+func waitLocalDatabase(ctx context.Context, cfg *rest.Config) (*unstructured.Unstructured, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	gvr := schema.GroupVersionResource{Group: "demo.example.com", Version: "v1", Resource: "databases"}
+	var found *unstructured.Unstructured
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: naming.LabelNameHash + "=" + naming.Hash("orders")})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(list.Items) == 0 {
+			return false, "no local copy of orders yet"
+		}
+		found = &list.Items[0]
+		return true, ""
+	})
+	return found, err
+}
