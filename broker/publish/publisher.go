@@ -100,6 +100,12 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	if spec.Synchronization == nil || spec.Synchronization.Enabled == nil || *spec.Synchronization.Enabled {
 		// Sync failures are reported as Events on the kcp objects.
 		claims = append(claims, eventsClaim())
+		if spec.Filter != nil && spec.Filter.Namespace != nil {
+			// Filtering by namespace labels needs to read namespaces.
+			claims = append(claims, apisv1alpha2.PermissionClaim{
+				GroupResource: apisv1alpha2.GroupResource{Resource: "namespaces"}, Verbs: []string{"get", "list", "watch"},
+			})
+		}
 	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		current, err := p.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})

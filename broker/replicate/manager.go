@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,9 @@ type Resource struct {
 	// WorkspacePaths sends each object's workspace path along
 	// (spec.enableWorkspacePaths).
 	WorkspacePaths bool
+	// NamespaceSelector, when set, syncs only objects whose namespace's
+	// labels match (spec.filter.namespace).
+	NamespaceSelector labels.Selector
 }
 
 // Options configure a Manager. All fields are required.
@@ -95,6 +99,10 @@ type Manager struct {
 	inventory map[string]map[string]inventoryEntry
 	// paths caches workspace paths by logical cluster (they never change).
 	paths map[string]string
+	// namespaces holds the consumer workspaces' namespaces while any
+	// resource filters by namespace labels.
+	namespaces       cache.Indexer
+	namespacesCancel context.CancelFunc
 }
 
 type inventoryEntry struct{ rv, uid string }
@@ -167,7 +175,7 @@ func (m *Manager) SetVirtualWorkspace(url string) {
 func (m *Manager) Ensure(res Resource) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if w, ok := m.running[res.PublishedResource]; ok && (w.res.GVR != res.GVR || w.res.Selector.String() != res.Selector.String() || w.res.HasStatus != res.HasStatus) {
+	if w, ok := m.running[res.PublishedResource]; ok && !sameResource(w.res, res) {
 		m.stopLocked(res.PublishedResource)
 	}
 	if _, known := m.desired[res.PublishedResource]; !known {
@@ -175,6 +183,18 @@ func (m *Manager) Ensure(res Resource) {
 	}
 	m.desired[res.PublishedResource] = res
 	m.reconcileLocked()
+}
+
+func sameResource(a, b Resource) bool {
+	selectorString := func(s labels.Selector) string {
+		if s == nil {
+			return "<none>"
+		}
+		return s.String()
+	}
+	return a.GVR == b.GVR && a.HasStatus == b.HasStatus && a.WorkspacePaths == b.WorkspacePaths &&
+		selectorString(a.Selector) == selectorString(b.Selector) &&
+		selectorString(a.NamespaceSelector) == selectorString(b.NamespaceSelector)
 }
 
 // gateLocked closes pr's gate until its inventory is complete or the gate
@@ -289,6 +309,75 @@ func (m *Manager) reconcileLocked() {
 		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
 		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) })
 	}
+	m.reconcileNamespacesLocked()
+}
+
+// reconcileNamespacesLocked watches the consumer workspaces' namespaces
+// while some resource filters by namespace labels (through the APIExport's
+// "namespaces" permission claim).
+func (m *Manager) reconcileNamespacesLocked() {
+	needed := false
+	for _, w := range m.running {
+		needed = needed || w.res.NamespaceSelector != nil
+	}
+	switch {
+	case needed && m.namespacesCancel == nil:
+		dyn, err := m.clientLocked("*")
+		if err != nil {
+			m.opts.Log.Error(err, "cannot build a virtual workspace client")
+			return
+		}
+		ctx, cancel := context.WithCancel(m.ctx)
+		m.namespaces, m.namespacesCancel = newStore(), cancel
+		ri := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
+		lw := &cache.ListWatch{
+			ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
+		}
+		go runInformer(ctx, lw, m.namespaces, m.namespaceChanged)
+	case !needed && m.namespacesCancel != nil:
+		m.namespacesCancel()
+		m.namespaces, m.namespacesCancel = nil, nil
+	}
+}
+
+// namespaceChanged re-evaluates the objects in a namespace whose labels
+// changed, for resources that filter by namespace.
+func (m *Manager) namespaceChanged(nsKey string) {
+	cluster, rest, _ := strings.Cut(nsKey, "|")
+	prefix := cluster + "|" + strings.TrimPrefix(rest, "/") + "/"
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for pr, w := range m.running {
+		if w.res.NamespaceSelector == nil {
+			continue
+		}
+		for _, k := range w.store.ListKeys() {
+			if strings.HasPrefix(k, prefix) {
+				m.queue.Add(item{pr: pr, key: k})
+			}
+		}
+	}
+}
+
+// namespaceMatches tells whether obj's namespace passes res's namespace
+// filter; unknown namespaces do not (the namespace watch requeues).
+func (m *Manager) namespaceMatches(res Resource, obj *unstructured.Unstructured) bool {
+	if res.NamespaceSelector == nil || obj.GetNamespace() == "" {
+		return true
+	}
+	m.mu.Lock()
+	store := m.namespaces
+	m.mu.Unlock()
+	if store == nil {
+		return false
+	}
+	raw, ok, err := store.GetByKey(logicalcluster.From(obj).String() + "|/" + obj.GetNamespace())
+	if err != nil || !ok {
+		return false
+	}
+	ns, ok := raw.(*unstructured.Unstructured)
+	return ok && res.NamespaceSelector.Matches(labels.Set(ns.GetLabels()))
 }
 
 // clientLocked returns a dynamic client for cluster ("*" for all) through
@@ -363,6 +452,9 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		return nil
 	}
 	if !hasFinalizer {
+		if !m.namespaceMatches(w.res, obj) {
+			return nil // filtered out by its namespace's labels
+		}
 		// The next event (our own update) sends the intent: an object is
 		// never synced before the finalizer guarantees we see its deletion.
 		return m.addFinalizer(ctx, key, obj)

@@ -41,6 +41,12 @@ func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replica
 			return r, false, fmt.Errorf("spec.filter.resource: %w", err)
 		}
 	}
+	var nsSelector labels.Selector
+	if spec.Filter != nil && spec.Filter.Namespace != nil {
+		if nsSelector, err = metav1.LabelSelectorAsSelector(spec.Filter.Namespace); err != nil {
+			return r, false, fmt.Errorf("spec.filter.namespace: %w", err)
+		}
+	}
 	versions := projection.SelectedVersions(&spec.Resource)
 	hasStatus := true
 	for _, v := range crd.Spec.Versions {
@@ -55,6 +61,7 @@ func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replica
 		HasStatus:         hasStatus,
 		Selector:          selector,
 		WorkspacePaths:    spec.EnableWorkspacePaths,
+		NamespaceSelector: nsSelector,
 	}, true, nil
 }
 

@@ -67,6 +67,8 @@ type Engine struct {
 	out       []*ferryv1.ConnectRequest
 	reportID  uint64
 	connected bool
+	// namespaces this engine has seen to exist; avoids a request per apply.
+	namespaces map[string]bool
 }
 
 type localWatch struct {
@@ -82,11 +84,12 @@ func NewEngine(o Options) *Engine {
 		opts: o,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "apply"}),
-		published: map[string]*Published{},
-		watches:   map[string]*localWatch{},
-		latest:    map[string]*ferryv1.SyncIntent{},
-		deleting:  map[string]*ferryv1.SyncIntent{},
-		statusSum: map[string][32]byte{},
+		published:  map[string]*Published{},
+		watches:    map[string]*localWatch{},
+		latest:     map[string]*ferryv1.SyncIntent{},
+		deleting:   map[string]*ferryv1.SyncIntent{},
+		statusSum:  map[string][32]byte{},
+		namespaces: map[string]bool{},
 	}
 }
 
@@ -393,6 +396,11 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	local.SetAnnotations(ann)
 
 	_, err = e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if apierrors.IsNotFound(err) && ns != "" {
+		e.mu.Lock()
+		delete(e.namespaces, ns) // deleted behind our back; recreated on retry
+		e.mu.Unlock()
+	}
 	if err != nil {
 		return nack(in, classify(err), true, "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
 	}
@@ -450,21 +458,26 @@ func (e *Engine) findLocal(w *localWatch, remote naming.Remote) *unstructured.Un
 	return nil
 }
 
+// ensureNamespace creates ns unless this engine already saw it. A
+// namespace deleted later makes the apply fail (NotFound), which forgets it
+// here, and the broker's retry creates it again.
 func (e *Engine) ensureNamespace(ctx context.Context, ns string) error {
-	_, err := e.opts.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if err == nil {
+	e.mu.Lock()
+	known := e.namespaces[ns]
+	e.mu.Unlock()
+	if known {
 		return nil
 	}
-	if !apierrors.IsNotFound(err) {
-		return err
-	}
-	_, err = e.opts.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+	_, err := e.opts.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: ns, Labels: map[string]string{naming.LabelAgent: e.opts.Agent},
 	}}, metav1.CreateOptions{FieldManager: FieldManager})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
-	return err
+	e.mu.Lock()
+	e.namespaces[ns] = true
+	e.mu.Unlock()
+	return nil
 }
 
 // localChanged reports the status of a local copy when it changed.

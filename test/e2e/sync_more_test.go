@@ -5,9 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -131,4 +134,39 @@ func TestSyncNamingFiltersWorkspacesAndAdoption(t *testing.T) {
 		t.Errorf("status was written back for a CRD without status subresource: %v", st)
 	}
 	assertLogLacks(t, boxes.edge, "reconnecting")
+}
+
+func TestSyncNamespaceFilter(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "nsfilter.example.com", "Ticket", "tickets", func(s *ferryv1alpha1.PublishedResourceSpec) {
+		s.Filter = &ferryv1alpha1.ResourceFilter{Namespace: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}
+	})
+	cfg := rest.CopyConfig(env.kcp.Config)
+	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
+	cfg.Host = base + "/clusters/" + e.consumer.String()
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, labels := range map[string]map[string]string{"prod": {"env": "prod"}, "dev": nil} {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.createRemote(t, "dev", "t-dev", map[string]any{"fieldV1": "d"})
+	e.createRemote(t, "prod", "t-prod", map[string]any{"fieldV1": "p"})
+	e.waitLocal(t, "prod", "t-prod", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+	if list, err := e.local.List(ctx, metav1.ListOptions{LabelSelector: naming.LabelNameHash + "=" + naming.Hash("t-dev")}); err != nil || len(list.Items) != 0 {
+		t.Fatalf("an object in a filtered-out namespace was synced: %v %d", err, len(list.Items))
+	}
+	// Labelling the namespace brings its objects in.
+	ns, err := kube.CoreV1().Namespaces().Get(ctx, "dev", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{"env": "prod"}
+	if _, err := kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLocal(t, "dev", "t-dev", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 }
