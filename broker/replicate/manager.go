@@ -97,6 +97,10 @@ type Manager struct {
 	// inventory holds, per PublishedResource and object, the kcp
 	// resourceVersion and uid the edge reported as applied.
 	inventory map[string]map[string]inventoryEntry
+	// inventoried records PublishedResources whose inventory was complete on
+	// this stream: the edge sends it once, so a later re-Ensure must not
+	// wait for it again.
+	inventoried map[string]bool
 	// paths caches workspace paths by logical cluster (they never change).
 	paths map[string]string
 	// namespaces holds the consumer workspaces' namespaces while any
@@ -118,16 +122,17 @@ type watcher struct {
 // NewManager returns a manager; nothing runs before Run.
 func NewManager(o Options) *Manager {
 	return &Manager{
-		opts:      o,
-		finalizer: "ferry.dev/" + o.Agent,
-		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](), workqueue.TypedRateLimitingQueueConfig[item]{Name: "replicate"}),
-		nacks:     workqueue.NewTypedItemExponentialFailureRateLimiter[item](time.Second, 5*time.Minute),
-		desired:   map[string]Resource{},
-		running:   map[string]*watcher{},
-		clients:   map[string]dynamic.Interface{},
-		open:      map[string]bool{},
-		inventory: map[string]map[string]inventoryEntry{},
-		paths:     map[string]string{},
+		opts:        o,
+		finalizer:   "ferry.dev/" + o.Agent,
+		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](), workqueue.TypedRateLimitingQueueConfig[item]{Name: "replicate"}),
+		nacks:       workqueue.NewTypedItemExponentialFailureRateLimiter[item](time.Second, 5*time.Minute),
+		desired:     map[string]Resource{},
+		running:     map[string]*watcher{},
+		clients:     map[string]dynamic.Interface{},
+		open:        map[string]bool{},
+		inventory:   map[string]map[string]inventoryEntry{},
+		inventoried: map[string]bool{},
+		paths:       map[string]string{},
 	}
 }
 
@@ -200,7 +205,7 @@ func sameResource(a, b Resource) bool {
 // gateLocked closes pr's gate until its inventory is complete or the gate
 // times out.
 func (m *Manager) gateLocked(pr string) {
-	if m.opts.InventoryGate <= 0 {
+	if m.opts.InventoryGate <= 0 || m.inventoried[pr] {
 		m.open[pr] = true
 		return
 	}
@@ -240,6 +245,7 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 		entries[storeKey(e.GetKey())] = inventoryEntry{rv: e.GetAppliedResourceVersion(), uid: e.GetKey().GetUid()}
 	}
 	if inv.GetComplete() {
+		m.inventoried[pr] = true
 		if open, ok := m.open[pr]; !ok || !open {
 			m.opts.Log.Info("edge inventory complete", "publishedResource", pr, "objects", len(entries))
 			m.openLocked(pr)

@@ -109,9 +109,10 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			w.queue.Forget(name)
 			w.log.Info("publish applied", "publishedResource", name, "revision", res.GetRevision(),
 				"state", res.GetState().String(), "reason", res.GetReason(), "schema", res.GetResourceSchemaName())
-			if res.GetState() == ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
+			switch res.GetState() {
+			case ferryv1.PublishState_PUBLISH_STATE_PUBLISHED:
 				w.onPublished(m.Publish, res)
-			} else {
+			case ferryv1.PublishState_PUBLISH_STATE_FAILED:
 				w.onWithdrawn(name)
 			}
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,10 +71,32 @@ func TestSyncConvergesAcrossEdgeAndBrokerRestarts(t *testing.T) {
 	const n = 200
 	want := map[string]string{}
 	for i := range n {
-		name := fmt.Sprintf("crate-%03d", i)
-		e.createRemote(t, "default", name, map[string]any{"fieldV1": "v1"})
-		want[name] = "v1"
+		want[fmt.Sprintf("crate-%03d", i)] = "v1"
 	}
+	// Create them from a few goroutines: one by one takes kcp most of a minute.
+	var wg sync.WaitGroup
+	names := make(chan string, n)
+	for name := range want {
+		names <- name
+	}
+	close(names)
+	for range 8 {
+		wg.Go(func() {
+			for name := range names {
+				obj := &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": e.remoteGVR.GroupVersion().String(), "kind": e.remoteKind,
+					"metadata": map[string]any{"name": name, "namespace": "default"},
+					"spec":     map[string]any{"fieldV1": "v1"},
+				}}
+				if _, err := e.remote.Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	start := time.Now()
+	wg.Wait()
+	t.Logf("created %d objects in kcp in %s", n, time.Since(start).Round(time.Millisecond))
 
 	// Kill the edge while it is syncing, start it again.
 	err := framework.Eventually(ctx, time.Minute, 50*time.Millisecond, func(context.Context) (bool, string) {
@@ -83,9 +106,11 @@ func TestSyncConvergesAcrossEdgeAndBrokerRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%d local copies after %s; killing the edge", n/4, time.Since(start).Round(time.Millisecond))
 	e.edge.Kill()
 	e.edge = e.startEdge(t)
 	before := e.waitConverged(t, want)
+	t.Logf("all %d converged after %s", n, time.Since(start).Round(time.Millisecond))
 
 	// Kill the broker; after it is back, nothing that did not change is
 	// written again.

@@ -56,6 +56,7 @@ func StartKCP(ctx context.Context, bin, dir, logDir string) (*KCP, error) {
 			if err != nil {
 				return false, "admin kubeconfig not written yet: " + err.Error()
 			}
+			cfg.QPS, cfg.Burst = 100, 200 // tests create objects in bulk
 			k.Config = cfg
 		}
 		return readyz(ctx, k.Config)

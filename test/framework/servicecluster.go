@@ -120,6 +120,7 @@ func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir s
 		sc.Stop()
 		return nil, err
 	}
+	sc.Config.QPS, sc.Config.Burst = 100, 200 // tests create objects in bulk
 	err = Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
 		for _, p := range []*Process{etcd, api} {
 			select {

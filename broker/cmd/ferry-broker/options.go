@@ -27,6 +27,8 @@ type Options struct {
 	MaxMessageBytes   uint32
 	ShutdownTimeout   time.Duration
 	InFlightWindow    int
+	ClientQPS         float32
+	ClientBurst       int
 	Zap               zap.Options
 }
 
@@ -53,6 +55,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from an edge, in bytes.")
 	fs.IntVar(&o.InFlightWindow, "in-flight-window", o.InFlightWindow, "Sync intents that may await the edge's result at once, per edge (backpressure).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight calls may take to finish on SIGTERM.")
+	fs.Float32Var(&o.ClientQPS, "client-qps", 50, "Requests per second to the Kubernetes API (kcp for the broker, the service cluster for the edge).")
+	fs.IntVar(&o.ClientBurst, "client-burst", 100, "Burst of requests to the Kubernetes API.")
 	cli.AddLogFlags(fs, &o.Zap)
 }
 
@@ -119,5 +123,6 @@ func (o *Options) Complete() (*Completed, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	kcpCfg.QPS, kcpCfg.Burst = o.ClientQPS, o.ClientBurst
 	return &Completed{Options: o, Config: cfg, TLS: tlsCfg, KCP: kcpCfg}, nil
 }

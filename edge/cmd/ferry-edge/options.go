@@ -36,6 +36,8 @@ type Options struct {
 	LeaseDuration     time.Duration
 	RenewDeadline     time.Duration
 	RetryPeriod       time.Duration
+	ClientQPS         float32
+	ClientBurst       int
 	Zap               zap.Options
 }
 
@@ -75,6 +77,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "How long a replica waits before taking over an expired lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "How long the leader keeps trying to renew before it gives up leadership.")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "How often replicas try to acquire or renew the lease.")
+	fs.Float32Var(&o.ClientQPS, "client-qps", 50, "Requests per second to the Kubernetes API (kcp for the broker, the service cluster for the edge).")
+	fs.IntVar(&o.ClientBurst, "client-burst", 100, "Burst of requests to the Kubernetes API.")
 	cli.AddLogFlags(fs, &o.Zap)
 }
 
@@ -136,6 +140,7 @@ func (o *Options) Complete() (*Completed, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	svc.QPS, svc.Burst = o.ClientQPS, o.ClientBurst
 	selector, err := labels.Parse(o.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("--published-resource-selector: %w", err)
