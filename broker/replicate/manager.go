@@ -26,10 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -38,6 +36,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // Resource is a published resource to sync.
@@ -146,18 +145,7 @@ func (m *Manager) Run(ctx context.Context, workers int) {
 	m.ctx = ctx
 	m.reconcileLocked()
 	m.mu.Unlock()
-	go func() {
-		<-ctx.Done()
-		m.queue.ShutDown()
-	}()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for m.processNext(ctx) {
-			}
-		})
-	}
-	wg.Wait()
+	watching.RunWorkers(ctx, m.queue, workers, func() bool { return m.processNext(ctx) })
 }
 
 // SetVirtualWorkspace sets the APIExport's virtual workspace URL ("" while
@@ -300,18 +288,8 @@ func (m *Manager) reconcileLocked() {
 		ctx, cancel := context.WithCancel(m.ctx)
 		w := &watcher{res: res, store: newStore(), cancel: cancel}
 		m.running[pr] = w
-		ri := dyn.Resource(res.GVR)
 		selector := res.Selector.String()
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.LabelSelector = selector
-				return ri.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.LabelSelector = selector
-				return ri.Watch(ctx, o)
-			},
-		}
+		lw := watching.ListWatch(dyn.Resource(res.GVR), selector)
 		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
 		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) })
 	}
@@ -335,11 +313,7 @@ func (m *Manager) reconcileNamespacesLocked() {
 		}
 		ctx, cancel := context.WithCancel(m.ctx)
 		m.namespaces, m.namespacesCancel = newStore(), cancel
-		ri := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
-		lw := &cache.ListWatch{
-			ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) },
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
-		}
+		lw := watching.ListWatch(dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), "")
 		go runInformer(ctx, lw, m.namespaces, m.namespaceChanged)
 	case !needed && m.namespacesCancel != nil:
 		m.namespacesCancel()

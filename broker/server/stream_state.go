@@ -23,17 +23,6 @@ type streamState struct {
 	log       logr.Logger
 }
 
-// wakeChannel returns a non-blocking signal and the channel it signals.
-func wakeChannel() (func(), <-chan struct{}) {
-	ch := make(chan struct{}, 1)
-	return func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}, ch
-}
-
 // sendIntents sends what the outbox's window allows. An intent larger than
 // the edge accepts is not sent (it would end the stream) and counts as
 // failed for its object.

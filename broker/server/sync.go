@@ -179,14 +179,14 @@ func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_Conn
 	defer clock.Stop()
 
 	// Helpers of this stream; all end with ctx (the stream's context).
-	wakeOutbox, outboxReady := wakeChannel()
+	wakeOutbox, outboxReady := link.NewWake()
 	outbox := replicate.NewOutbox(s.window, wakeOutbox)
 	mgr := replicate.NewManager(replicate.Options{
 		KCP: s.kcp, Agent: sess.AgentName, Epoch: s.epoch, Outbox: outbox, Log: log.WithName("replicate"),
 		InventoryGate: inventoryGate(sess.Capabilities),
 	})
 	go mgr.Run(ctx, 2)
-	wakeReports, reportsReady := wakeChannel()
+	wakeReports, reportsReady := link.NewWake()
 	reports := newReportWorker(mgr, wakeReports, log.WithName("reports"))
 	go reports.run(ctx)
 

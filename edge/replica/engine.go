@@ -25,8 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -35,6 +33,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // FieldManager is the edge's server-side apply identity.
@@ -101,18 +100,7 @@ func (e *Engine) Run(ctx context.Context, workers int) error {
 		e.watchLocked(p)
 	}
 	e.mu.Unlock()
-	go func() {
-		<-ctx.Done()
-		e.queue.ShutDown()
-	}()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for e.next(ctx) {
-			}
-		})
-	}
-	wg.Wait()
+	watching.RunWorkers(ctx, e.queue, workers, func() bool { return e.next(ctx) })
 	return nil
 }
 
@@ -162,18 +150,7 @@ func (e *Engine) watchLocked(p *Published) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	w := &localWatch{pub: p, cancel: cancel}
 	e.watches[p.Name] = w
-	ri := e.opts.Dynamic.Resource(p.Local)
-	selector := naming.LabelAgent + "=" + e.opts.Agent
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return ri.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return ri.Watch(ctx, o)
-		},
-	}
+	lw := watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.LabelAgent+"="+e.opts.Agent)
 	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{remoteIndex: indexByRemote})
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.localChanged(w, obj) },

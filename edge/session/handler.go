@@ -17,26 +17,14 @@ import (
 type Handler struct {
 	Publish *publish.Store
 	Replica *replica.Engine
-	pending chan struct{}
+	pending <-chan struct{}
 }
 
 var _ stream.Handler = (*Handler)(nil)
 
-// NewWake returns the signal both parts call when they have something to
-// send, and the Handler's pending channel it feeds.
-func NewWake() (wake func(), pending chan struct{}) {
-	ch := make(chan struct{}, 1)
-	return func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}, ch
-}
-
-// NewHandler joins the parts; pending must be the channel from NewWake whose
-// wake function the parts were built with.
-func NewHandler(p *publish.Store, r *replica.Engine, pending chan struct{}) *Handler {
+// NewHandler joins the parts; pending must be the channel from link.NewWake
+// whose wake function the parts were built with.
+func NewHandler(p *publish.Store, r *replica.Engine, pending <-chan struct{}) *Handler {
 	return &Handler{Publish: p, Replica: r, pending: pending}
 }
 

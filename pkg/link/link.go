@@ -84,3 +84,16 @@ func (c *Clock) Stop() {
 	c.ticker.Stop()
 	c.deadTimer.Stop()
 }
+
+// NewWake returns a non-blocking signal and the channel it signals; many
+// producers share one, a loop selects on the channel and then drains what
+// the producers queued.
+func NewWake() (wake func(), ready <-chan struct{}) {
+	ch := make(chan struct{}, 1)
+	return func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}, ch
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/ferry-dev/ferry/edge/stream"
 	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/cli"
+	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -98,13 +99,13 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	wake, pending := session.NewWake()
+	wake, pending := link.NewWake()
 	store := publish.NewStore(opts.BrokerAddress, wake)
 	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica")})
 	if err := (&publish.Reconciler{Client: mgr.GetClient(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	link := stream.New(stream.Options{
+	brokerStream := stream.New(stream.Options{
 		BrokerAddress:     opts.BrokerAddress,
 		TLS:               completed.TLS,
 		AgentName:         opts.AgentName,
@@ -118,7 +119,7 @@ func run(args []string) error {
 
 	// The broker link and the sync engine run only on the elected leader,
 	// like the controllers: a standby replica neither connects nor writes.
-	if err := mgr.Add(manager.RunnableFunc(link.Run)); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(brokerStream.Run)); err != nil {
 		return err
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return engine.Run(ctx, 4) })); err != nil {
