@@ -172,3 +172,31 @@ func FuzzShorten(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkLocalDefault(b *testing.B) {
+	rules, err := Compile(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	remote := Remote{ClusterName: "1084s8ceexsehjm2", Namespace: "team-a", Name: "my-cert"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := rules.Local(remote, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkLocalTemplate(b *testing.B) {
+	rules, err := Compile(&ferryv1alpha1.ResourceNaming{Name: "{{ .Namespace }}-{{ .Name }}"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	remote := Remote{ClusterName: "1084s8ceexsehjm2", Namespace: "team-a", Name: "my-cert"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := rules.Local(remote, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

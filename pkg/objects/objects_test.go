@@ -1,6 +1,7 @@
 package objects
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -66,5 +67,22 @@ func TestRetype(t *testing.T) {
 	Retype(obj, schema.GroupVersionKind{Group: "b.example.com", Version: "v2", Kind: "B"})
 	if obj.GetAPIVersion() != "b.example.com/v2" || obj.GetKind() != "B" {
 		t.Fatalf("got %s %s", obj.GetAPIVersion(), obj.GetKind())
+	}
+}
+
+func BenchmarkDesiredState(b *testing.B) {
+	spec := map[string]any{}
+	for i := range 50 {
+		spec[fmt.Sprintf("field%d", i)] = map[string]any{"a": "b", "list": []any{int64(1), int64(2), "three"}}
+	}
+	in := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "g.example.com/v1", "kind": "Thing",
+		"metadata": map[string]any{"name": "a", "namespace": "ns", "annotations": map[string]any{"kcp.io/cluster": "abc", "note": "x"}},
+		"spec":     spec,
+		"status":   map[string]any{"phase": "Ready"},
+	}}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = DesiredState(in)
 	}
 }

@@ -218,3 +218,14 @@ func TestSchemaNameIsAContentHash(t *testing.T) {
 		t.Fatal("a change to an unpublished version renamed the schema")
 	}
 }
+
+func BenchmarkProject(b *testing.B) {
+	spec := ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Kind: "Zertifikat"}}
+	c := crd()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Project(&spec, c, group); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
