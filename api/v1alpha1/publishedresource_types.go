@@ -373,6 +373,7 @@ const (
 	ReasonBrokerRefused     = "BrokerRefused"
 	ReasonTooLarge          = "TooLarge"
 	ReasonNamingInvalid     = "NamingInvalid"
+	ReasonMutationInvalid   = "MutationInvalid"
 )
 
 // +kubebuilder:object:root=true

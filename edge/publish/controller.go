@@ -27,6 +27,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
 )
@@ -157,6 +158,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
 	}
 
+	var specMuts, statusMuts []ferryv1alpha1.ResourceMutation
+	if m := pr.Spec.Mutation; m != nil {
+		specMuts, statusMuts = m.Spec, m.Status
+	}
+	specMutator, err := mutation.Compile("spec.mutation.spec", specMuts)
+	var statusMutator *mutation.Mutator
+	if err == nil {
+		statusMutator, err = mutation.Compile("spec.mutation.status", statusMuts)
+	}
+	if err != nil {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid, err.Error(), nil)
+	}
+
 	msg, err := newPublish(&pr, crd)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -171,7 +186,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Sync is registered as soon as the real projection is known, not
 		// after the broker's answer, so the local copies are watched (and
 		// inventoried) early after a (re)connect.
-		r.registerSync(&pr, crd, proj, rules, msg.GetRevision())
+		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replica.Published{
+			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator,
+		})
 	}
 	switch {
 	case current:
@@ -193,8 +210,9 @@ func (r *Reconciler) withdraw(name string) {
 
 // registerSync tells the sync engine how objects of a published resource
 // map onto the CRD, or that they are not synced.
+// compiled carries the naming rules and mutators compiled by Reconcile.
 func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition,
-	proj *projection.Result, rules *naming.Rules, revision string,
+	proj *projection.Result, revision string, compiled *replica.Published,
 ) {
 	if pr.Spec.Synchronization != nil && pr.Spec.Synchronization.Enabled != nil && !*pr.Spec.Synchronization.Enabled {
 		r.Sync.RemovePublished(pr.Name)
@@ -208,14 +226,16 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		}
 	}
 	r.Sync.SetPublished(&replica.Published{
-		Name:       pr.Name,
-		Remote:     served,
-		Local:      schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
-		LocalKind:  crd.Spec.Names.Kind,
-		Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
-		HasStatus:  hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)),
-		Naming:     rules,
-		Revision:   revision,
+		Name:          pr.Name,
+		Remote:        served,
+		Local:         schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
+		LocalKind:     crd.Spec.Names.Kind,
+		Namespaced:    crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
+		HasStatus:     hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)),
+		Naming:        compiled.Naming,
+		SpecMutator:   compiled.SpecMutator,
+		StatusMutator: compiled.StatusMutator,
+		Revision:      revision,
 	})
 }
 

@@ -25,12 +25,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/watching"
@@ -346,7 +348,9 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		return e.delete(ctx, in, w, existing)
 	}
 	var obj unstructured.Unstructured
-	if err := json.Unmarshal(in.GetUpsert().GetObject(), &obj.Object); err != nil {
+	// Kubernetes' JSON decoding keeps whole numbers int64 (as CEL and the
+	// API server expect), unlike encoding/json's float64.
+	if err := utiljson.Unmarshal(in.GetUpsert().GetObject(), &obj.Object); err != nil {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "the object is not valid JSON: %v", err)
 	}
 	remote.WorkspacePath = in.GetUpsert().GetWorkspacePath()
@@ -365,6 +369,14 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	}
 	local := objects.DesiredState(&obj)
 	objects.Retype(local, pub.LocalGVK())
+	var existingObj map[string]any
+	if existing != nil {
+		existingObj = existing.Object
+	}
+	if err := pub.SpecMutator.Apply(local.Object, mutation.Objects{Local: existingObj, Remote: obj.Object}); err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "mutation failed: %v", err)
+	}
+	// Identity and bookkeeping are set after mutations, which cannot change them.
 	local.SetNamespace(ns)
 	local.SetName(name)
 	local.SetLabels(merge(local.GetLabels(), naming.Labels(e.opts.Agent, remote)))
@@ -472,6 +484,14 @@ func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
 	remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
 	if !ok {
 		return
+	}
+	if !w.pub.StatusMutator.Empty() {
+		mutated := u.DeepCopy()
+		if err := w.pub.StatusMutator.Apply(mutated.Object, mutation.Objects{Local: u.Object}); err != nil {
+			e.opts.Log.Error(err, "status mutation failed; status not reported", "object", u.GetNamespace()+"/"+u.GetName())
+			return
+		}
+		u = mutated
 	}
 	status, found := u.Object["status"]
 	if !found {

@@ -3,6 +3,7 @@ package replica
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 )
 
@@ -23,6 +24,10 @@ type Published struct {
 	HasStatus bool
 	// Naming are the compiled naming rules.
 	Naming *naming.Rules
+	// SpecMutator rewrites objects going to the service cluster.
+	SpecMutator *mutation.Mutator
+	// StatusMutator rewrites status going back to kcp.
+	StatusMutator *mutation.Mutator
 	// Revision identifies the publish this was derived from; a registration
 	// with the same name and revision is unchanged.
 	Revision string
