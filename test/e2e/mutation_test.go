@@ -52,14 +52,16 @@ func TestMutationsInBothDirections(t *testing.T) {
 func TestInvalidMutationGetsCondition(t *testing.T) {
 	p := newPubEnv(t)
 	apply(t, testCRD("badmut.example.com", "Widget", "widgets", apiextensionsv1.NamespaceScoped, "v1"))
-	p.publish(t, "widgets", ferryv1alpha1.PublishedResourceSpec{
+	// PublishedResources are cluster-scoped and the service cluster is shared
+	// by all tests: the name must be unique.
+	p.publish(t, "bad-mutations", ferryv1alpha1.PublishedResourceSpec{
 		Resource: ferryv1alpha1.SourceResource{APIGroup: "badmut.example.com", Kind: "Widget", Version: "v1"},
 		Mutation: &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
 			{CEL: &ferryv1alpha1.CELMutation{Path: "spec.x", Expression: `1 + "a"`}},
 			{Regex: &ferryv1alpha1.RegexMutation{Path: "spec.y", Pattern: "(unclosed"}},
 		}},
 	})
-	pr := p.waitCondition(t, "widgets", metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid)
+	pr := p.waitCondition(t, "bad-mutations", metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid)
 	msg := pr.Status.Conditions[0].Message
 	for _, want := range []string{"spec.mutation.spec[0].cel.expression", "spec.mutation.spec[1].regex.pattern"} {
 		if !strings.Contains(msg, want) {
