@@ -135,9 +135,6 @@ func NewManager(o Options) *Manager {
 	}
 }
 
-// Finalizer is the finalizer the manager puts on kcp objects.
-func (m *Manager) Finalizer() string { return m.finalizer }
-
 // Run processes objects with workers goroutines until ctx ends; watches
 // stop with it.
 func (m *Manager) Run(ctx context.Context, workers int) {

@@ -20,13 +20,8 @@ import (
 
 func TestEdgeConnectsOverMTLS(t *testing.T) {
 	ctx := context.Background()
-	export := newExport(t)
-	pki := newPKI(t, "pki", "edge", "admin")
+	pki, export, broker := brokerFor(t, "--heartbeat-interval", "1s")
 	edgeID := devpki.IdentityFor("edge")
-	broker := startBroker(t, pki, config.Config{
-		Edges:  []config.Edge{{Identity: edgeID, APIExport: export}},
-		Admins: []string{devpki.IdentityFor("admin")},
-	}, "--heartbeat-interval", "1s")
 	edge := startEdge(t, "edge", pki, "edge", broker.Address)
 
 	conn := adminConn(t, broker, pki)
@@ -186,13 +181,8 @@ func TestSecondEdgeForSameExportIsRefusedUntilFirstLeaves(t *testing.T) {
 
 func TestEdgeReconnectsAfterBrokerIsKilled(t *testing.T) {
 	ctx := context.Background()
-	export := newExport(t)
-	pki := newPKI(t, "pki", "edge", "admin")
+	pki, _, broker := brokerFor(t)
 	edgeID := devpki.IdentityFor("edge")
-	broker := startBroker(t, pki, config.Config{
-		Edges:  []config.Edge{{Identity: edgeID, APIExport: export}},
-		Admins: []string{devpki.IdentityFor("admin")},
-	})
 	startEdge(t, "edge", pki, "edge", broker.Address)
 	conn := adminConn(t, broker, pki)
 	before, err := framework.WaitEdgeState(ctx, conn, edgeID, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute)
@@ -286,13 +276,8 @@ func TestBadInputStopsWithClearMessage(t *testing.T) {
 
 func TestEdgeReplicasElectOneLeader(t *testing.T) {
 	ctx := context.Background()
-	export := newExport(t)
-	pki := newPKI(t, "pki", "edge", "admin")
+	pki, _, broker := brokerFor(t)
 	edgeID := devpki.IdentityFor("edge")
-	broker := startBroker(t, pki, config.Config{
-		Edges:  []config.Edge{{Identity: edgeID, APIExport: export}},
-		Admins: []string{devpki.IdentityFor("admin")},
-	})
 	conn := adminConn(t, broker, pki)
 	// Both replicas are agent "edge-le"; short leases keep the test quick.
 	lease := []string{"--agent-name", "edge-le", "--leader-election-lease-duration", "4s",

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/devpki"
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
@@ -181,4 +182,17 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// brokerFor starts a broker serving a fresh APIExport for the client
+// certificate "edge" (and "admin" for the admin API) of a new PKI.
+func brokerFor(t *testing.T, brokerArgs ...string) (pki string, export config.APIExportRef, broker *framework.Broker) {
+	t.Helper()
+	export = newExport(t)
+	pki = newPKI(t, "pki", "edge", "admin")
+	broker = startBroker(t, pki, config.Config{
+		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: export}},
+		Admins: []string{devpki.IdentityFor("admin")},
+	}, brokerArgs...)
+	return pki, export, broker
 }

@@ -38,15 +38,11 @@ const testLabel = "e2e.ferry.dev/test"
 
 func newPubEnv(t *testing.T, brokerArgs ...string) *pubEnv {
 	t.Helper()
-	e := &pubEnv{export: newExport(t), label: sanitize(t.Name()), path: env.provider}
+	e := &pubEnv{label: sanitize(t.Name()), path: env.provider}
 	if len(e.label) > 63 {
 		e.label = e.label[:63]
 	}
-	e.pki = newPKI(t, "pki", "edge", "admin")
-	e.broker = startBroker(t, e.pki, config.Config{
-		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: e.export}},
-		Admins: []string{devpki.IdentityFor("admin")},
-	}, brokerArgs...)
+	e.pki, e.export, e.broker = brokerFor(t, brokerArgs...)
 	e.edge = e.startEdge(t)
 	// Connected implies the edge installed the PublishedResource CRD.
 	if _, err := framework.WaitEdgeState(context.Background(), adminConn(t, e.broker, e.pki), devpki.IdentityFor("edge"),
