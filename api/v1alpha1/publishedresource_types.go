@@ -196,6 +196,7 @@ type RelatedResourceSpec struct {
 	// Identifier names the entry, unique within the PublishedResource.
 	// +required
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
 	Identifier string `json:"identifier"`
 
 	// Origin is the side where the object is created: "service" (synced up
@@ -374,6 +375,7 @@ const (
 	ReasonTooLarge          = "TooLarge"
 	ReasonNamingInvalid     = "NamingInvalid"
 	ReasonMutationInvalid   = "MutationInvalid"
+	ReasonRelatedInvalid    = "RelatedInvalid"
 )
 
 // +kubebuilder:object:root=true

@@ -670,7 +670,10 @@ type IntentResult struct {
 	// Namespace of the local copy; empty for cluster-scoped objects.
 	LocalNamespace string `protobuf:"bytes,4,opt,name=local_namespace,json=localNamespace,proto3" json:"local_namespace,omitempty"`
 	// Name of the local copy; set on success.
-	LocalName     string `protobuf:"bytes,5,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	LocalName string `protobuf:"bytes,5,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	// The intent's related_to (set for related objects): results are matched
+	// to intents by key and related_to.
+	RelatedTo     *RelatedTo `protobuf:"bytes,6,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -738,6 +741,13 @@ func (x *IntentResult) GetLocalName() string {
 		return x.LocalName
 	}
 	return ""
+}
+
+func (x *IntentResult) GetRelatedTo() *RelatedTo {
+	if x != nil {
+		return x.RelatedTo
+	}
+	return nil
 }
 
 // Inventory is one chunk of the edge's view of what it has applied for one
@@ -997,8 +1007,10 @@ func (x *StatusReport) GetLocalResourceVersion() string {
 }
 
 // RelatedObjectReport carries a related object that originates on the
-// service cluster, sent edge → broker, which writes it into the primary
-// object's workspace.
+// service cluster, sent edge → broker. The broker finds the kcp-side name and
+// namespace itself, by evaluating the related[] entry's reference on the kcp
+// primary object, and writes the object there. Only the latest report per
+// primary and identifier matters.
 type RelatedObjectReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Edge-assigned, per-stream increasing number; echoed in ReportResult.
@@ -1006,18 +1018,21 @@ type RelatedObjectReport struct {
 	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	// The primary object and the related[] entry. Required.
 	RelatedTo *RelatedTo `protobuf:"bytes,2,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
-	// The kcp-side resource of the related object. Required.
+	// The related object's resource in the service cluster. Required.
 	Resource *GroupVersionResource `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
-	// The kcp-side namespace (empty when cluster-scoped).
-	Namespace string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// The kcp-side name. Required.
-	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
-	// What happened to the local object. Required.
+	// The related object's namespace in the service cluster (empty when
+	// cluster-scoped).
+	LocalNamespace string `protobuf:"bytes,4,opt,name=local_namespace,json=localNamespace,proto3" json:"local_namespace,omitempty"`
+	// The related object's name in the service cluster; empty when it could
+	// not be resolved.
+	LocalName string `protobuf:"bytes,5,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	// What the edge found. Required.
 	//
 	// Types that are valid to be assigned to State:
 	//
 	//	*RelatedObjectReport_Object
 	//	*RelatedObjectReport_Gone
+	//	*RelatedObjectReport_Unresolved
 	State         isRelatedObjectReport_State `protobuf_oneof:"state"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1074,16 +1089,16 @@ func (x *RelatedObjectReport) GetResource() *GroupVersionResource {
 	return nil
 }
 
-func (x *RelatedObjectReport) GetNamespace() string {
+func (x *RelatedObjectReport) GetLocalNamespace() string {
 	if x != nil {
-		return x.Namespace
+		return x.LocalNamespace
 	}
 	return ""
 }
 
-func (x *RelatedObjectReport) GetName() string {
+func (x *RelatedObjectReport) GetLocalName() string {
 	if x != nil {
-		return x.Name
+		return x.LocalName
 	}
 	return ""
 }
@@ -1113,25 +1128,42 @@ func (x *RelatedObjectReport) GetGone() *RelatedObjectGone {
 	return nil
 }
 
+func (x *RelatedObjectReport) GetUnresolved() *RelatedObjectUnresolved {
+	if x != nil {
+		if x, ok := x.State.(*RelatedObjectReport_Unresolved); ok {
+			return x.Unresolved
+		}
+	}
+	return nil
+}
+
 type isRelatedObjectReport_State interface {
 	isRelatedObjectReport_State()
 }
 
 type RelatedObjectReport_Object struct {
-	// The object as JSON, with kcp-side name and namespace.
+	// The object as JSON (its content; the broker sets name, namespace and
+	// its own metadata).
 	Object []byte `protobuf:"bytes,6,opt,name=object,proto3,oneof"`
 }
 
 type RelatedObjectReport_Gone struct {
-	// The local object no longer exists.
+	// The local object does not exist (not yet, or no longer).
 	Gone *RelatedObjectGone `protobuf:"bytes,7,opt,name=gone,proto3,oneof"`
+}
+
+type RelatedObjectReport_Unresolved struct {
+	// The reference could not be evaluated on the local primary object.
+	Unresolved *RelatedObjectUnresolved `protobuf:"bytes,8,opt,name=unresolved,proto3,oneof"`
 }
 
 func (*RelatedObjectReport_Object) isRelatedObjectReport_State() {}
 
 func (*RelatedObjectReport_Gone) isRelatedObjectReport_State() {}
 
-// RelatedObjectGone reports that a related object was deleted locally.
+func (*RelatedObjectReport_Unresolved) isRelatedObjectReport_State() {}
+
+// RelatedObjectGone reports that a related object does not exist locally.
 type RelatedObjectGone struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1168,6 +1200,52 @@ func (*RelatedObjectGone) Descriptor() ([]byte, []int) {
 	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{14}
 }
 
+// RelatedObjectUnresolved reports why a related object could not be located.
+type RelatedObjectUnresolved struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What went wrong, for the kcp user. Required.
+	Message       string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelatedObjectUnresolved) Reset() {
+	*x = RelatedObjectUnresolved{}
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelatedObjectUnresolved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelatedObjectUnresolved) ProtoMessage() {}
+
+func (x *RelatedObjectUnresolved) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelatedObjectUnresolved.ProtoReflect.Descriptor instead.
+func (*RelatedObjectUnresolved) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RelatedObjectUnresolved) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // DeletionConfirmation tells the broker a local copy is gone, so the broker
 // may remove its finalizer from the kcp object. Sent edge → broker.
 type DeletionConfirmation struct {
@@ -1185,7 +1263,7 @@ type DeletionConfirmation struct {
 
 func (x *DeletionConfirmation) Reset() {
 	*x = DeletionConfirmation{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1275,7 @@ func (x *DeletionConfirmation) String() string {
 func (*DeletionConfirmation) ProtoMessage() {}
 
 func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1288,7 @@ func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletionConfirmation.ProtoReflect.Descriptor instead.
 func (*DeletionConfirmation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{15}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeletionConfirmation) GetReportId() uint64 {
@@ -1249,7 +1327,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1339,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1352,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportResult) GetReportId() uint64 {
@@ -1336,14 +1414,16 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"ApplyError\x128\n" +
 	"\x06reason\x18\x01 \x01(\x0e2 .ferry.v1alpha1.ApplyErrorReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
-	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xee\x01\n" +
+	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xa8\x02\n" +
 	"\fIntentResult\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x127\n" +
 	"\aversion\x18\x02 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\x120\n" +
 	"\x05error\x18\x03 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\x12'\n" +
 	"\x0flocal_namespace\x18\x04 \x01(\tR\x0elocalNamespace\x12\x1d\n" +
 	"\n" +
-	"local_name\x18\x05 \x01(\tR\tlocalName\"\x90\x01\n" +
+	"local_name\x18\x05 \x01(\tR\tlocalName\x128\n" +
+	"\n" +
+	"related_to\x18\x06 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\"\x90\x01\n" +
 	"\tInventory\x128\n" +
 	"\aentries\x18\x01 \x03(\v2\x1e.ferry.v1alpha1.InventoryEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12-\n" +
@@ -1358,18 +1438,24 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\fR\x06status\x124\n" +
-	"\x16local_resource_version\x18\x04 \x01(\tR\x14localResourceVersion\"\xbc\x02\n" +
+	"\x16local_resource_version\x18\x04 \x01(\tR\x14localResourceVersion\"\x9d\x03\n" +
 	"\x13RelatedObjectReport\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x128\n" +
 	"\n" +
 	"related_to\x18\x02 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\x12@\n" +
-	"\bresource\x18\x03 \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\bresource\x12\x1c\n" +
-	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x05 \x01(\tR\x04name\x12\x18\n" +
+	"\bresource\x18\x03 \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\bresource\x12'\n" +
+	"\x0flocal_namespace\x18\x04 \x01(\tR\x0elocalNamespace\x12\x1d\n" +
+	"\n" +
+	"local_name\x18\x05 \x01(\tR\tlocalName\x12\x18\n" +
 	"\x06object\x18\x06 \x01(\fH\x00R\x06object\x127\n" +
-	"\x04gone\x18\a \x01(\v2!.ferry.v1alpha1.RelatedObjectGoneH\x00R\x04goneB\a\n" +
+	"\x04gone\x18\a \x01(\v2!.ferry.v1alpha1.RelatedObjectGoneH\x00R\x04gone\x12I\n" +
+	"\n" +
+	"unresolved\x18\b \x01(\v2'.ferry.v1alpha1.RelatedObjectUnresolvedH\x00R\n" +
+	"unresolvedB\a\n" +
 	"\x05state\"\x13\n" +
-	"\x11RelatedObjectGone\"\x99\x01\n" +
+	"\x11RelatedObjectGone\"3\n" +
+	"\x17RelatedObjectUnresolved\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\"\x99\x01\n" +
 	"\x14DeletionConfirmation\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x127\n" +
@@ -1399,26 +1485,27 @@ func file_ferry_v1alpha1_objects_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_ferry_v1alpha1_objects_proto_goTypes = []any{
-	(ApplyErrorReason)(0),        // 0: ferry.v1alpha1.ApplyErrorReason
-	(*GroupVersionResource)(nil), // 1: ferry.v1alpha1.GroupVersionResource
-	(*ObjectKey)(nil),            // 2: ferry.v1alpha1.ObjectKey
-	(*ObjectVersion)(nil),        // 3: ferry.v1alpha1.ObjectVersion
-	(*RelatedTo)(nil),            // 4: ferry.v1alpha1.RelatedTo
-	(*SyncIntent)(nil),           // 5: ferry.v1alpha1.SyncIntent
-	(*UpsertIntent)(nil),         // 6: ferry.v1alpha1.UpsertIntent
-	(*DeleteIntent)(nil),         // 7: ferry.v1alpha1.DeleteIntent
-	(*ApplyError)(nil),           // 8: ferry.v1alpha1.ApplyError
-	(*IntentResult)(nil),         // 9: ferry.v1alpha1.IntentResult
-	(*Inventory)(nil),            // 10: ferry.v1alpha1.Inventory
-	(*InventoryEntry)(nil),       // 11: ferry.v1alpha1.InventoryEntry
-	(*ResyncComplete)(nil),       // 12: ferry.v1alpha1.ResyncComplete
-	(*StatusReport)(nil),         // 13: ferry.v1alpha1.StatusReport
-	(*RelatedObjectReport)(nil),  // 14: ferry.v1alpha1.RelatedObjectReport
-	(*RelatedObjectGone)(nil),    // 15: ferry.v1alpha1.RelatedObjectGone
-	(*DeletionConfirmation)(nil), // 16: ferry.v1alpha1.DeletionConfirmation
-	(*ReportResult)(nil),         // 17: ferry.v1alpha1.ReportResult
+	(ApplyErrorReason)(0),           // 0: ferry.v1alpha1.ApplyErrorReason
+	(*GroupVersionResource)(nil),    // 1: ferry.v1alpha1.GroupVersionResource
+	(*ObjectKey)(nil),               // 2: ferry.v1alpha1.ObjectKey
+	(*ObjectVersion)(nil),           // 3: ferry.v1alpha1.ObjectVersion
+	(*RelatedTo)(nil),               // 4: ferry.v1alpha1.RelatedTo
+	(*SyncIntent)(nil),              // 5: ferry.v1alpha1.SyncIntent
+	(*UpsertIntent)(nil),            // 6: ferry.v1alpha1.UpsertIntent
+	(*DeleteIntent)(nil),            // 7: ferry.v1alpha1.DeleteIntent
+	(*ApplyError)(nil),              // 8: ferry.v1alpha1.ApplyError
+	(*IntentResult)(nil),            // 9: ferry.v1alpha1.IntentResult
+	(*Inventory)(nil),               // 10: ferry.v1alpha1.Inventory
+	(*InventoryEntry)(nil),          // 11: ferry.v1alpha1.InventoryEntry
+	(*ResyncComplete)(nil),          // 12: ferry.v1alpha1.ResyncComplete
+	(*StatusReport)(nil),            // 13: ferry.v1alpha1.StatusReport
+	(*RelatedObjectReport)(nil),     // 14: ferry.v1alpha1.RelatedObjectReport
+	(*RelatedObjectGone)(nil),       // 15: ferry.v1alpha1.RelatedObjectGone
+	(*RelatedObjectUnresolved)(nil), // 16: ferry.v1alpha1.RelatedObjectUnresolved
+	(*DeletionConfirmation)(nil),    // 17: ferry.v1alpha1.DeletionConfirmation
+	(*ReportResult)(nil),            // 18: ferry.v1alpha1.ReportResult
 }
 var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	1,  // 0: ferry.v1alpha1.ObjectKey.resource:type_name -> ferry.v1alpha1.GroupVersionResource
@@ -1432,20 +1519,22 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	2,  // 8: ferry.v1alpha1.IntentResult.key:type_name -> ferry.v1alpha1.ObjectKey
 	3,  // 9: ferry.v1alpha1.IntentResult.version:type_name -> ferry.v1alpha1.ObjectVersion
 	8,  // 10: ferry.v1alpha1.IntentResult.error:type_name -> ferry.v1alpha1.ApplyError
-	11, // 11: ferry.v1alpha1.Inventory.entries:type_name -> ferry.v1alpha1.InventoryEntry
-	2,  // 12: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
-	2,  // 13: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
-	4,  // 14: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	1,  // 15: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	15, // 16: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
-	2,  // 17: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
-	3,  // 18: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
-	8,  // 19: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 11: ferry.v1alpha1.IntentResult.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	11, // 12: ferry.v1alpha1.Inventory.entries:type_name -> ferry.v1alpha1.InventoryEntry
+	2,  // 13: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
+	2,  // 14: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
+	4,  // 15: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	1,  // 16: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	15, // 17: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
+	16, // 18: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
+	2,  // 19: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
+	3,  // 20: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
+	8,  // 21: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
@@ -1460,6 +1549,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 	file_ferry_v1alpha1_objects_proto_msgTypes[13].OneofWrappers = []any{
 		(*RelatedObjectReport_Object)(nil),
 		(*RelatedObjectReport_Gone)(nil),
+		(*RelatedObjectReport_Unresolved)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1467,7 +1557,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_objects_proto_rawDesc), len(file_ferry_v1alpha1_objects_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
