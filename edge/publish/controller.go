@@ -30,6 +30,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // Field indexes: CRDs and PublishedResources by "group/kind".
@@ -52,6 +53,8 @@ type SyncRegistry interface {
 // Reconciler publishes PublishedResources through the Store.
 type Reconciler struct {
 	Client client.Client
+	// Mapper resolves related[] kinds to the service cluster's resources.
+	Mapper meta.RESTMapper
 	Store  *Store
 	Sync   SyncRegistry
 	Log    logr.Logger
@@ -172,6 +175,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid, err.Error(), nil)
 	}
 
+	relatedRefs, err := r.compileRelated(&pr, crd)
+	if err != nil {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonRelatedInvalid, err.Error(), nil)
+	}
+
 	msg, err := newPublish(&pr, crd)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -187,7 +196,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// after the broker's answer, so the local copies are watched (and
 		// inventoried) early after a (re)connect.
 		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replica.Published{
-			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator,
+			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs,
 		})
 	}
 	switch {
@@ -235,6 +244,7 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		Naming:        compiled.Naming,
 		SpecMutator:   compiled.SpecMutator,
 		StatusMutator: compiled.StatusMutator,
+		Related:       compiled.Related,
 		Revision:      revision,
 	})
 }
@@ -372,4 +382,30 @@ func hasStatusSubresource(crd *apiextensionsv1.CustomResourceDefinition, version
 		}
 	}
 	return true
+}
+
+// compileRelated compiles spec.related and resolves each kind in the
+// service cluster; related kinds must be namespaced, and a cluster-scoped
+// primary needs reference.namespace.
+func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) ([]replica.Related, error) {
+	refs, err := related.Compile(pr.Spec.Related)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]replica.Related, 0, len(refs))
+	for _, ref := range refs {
+		where := fmt.Sprintf("spec.related[%s]", ref.Identifier)
+		mapping, err := r.Mapper.RESTMapping(ref.Kind.GroupKind(), ref.Kind.Version)
+		if err != nil {
+			return nil, fmt.Errorf("%s: kind %s is not served by the service cluster: %w", where, ref.Kind, err)
+		}
+		if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+			return nil, fmt.Errorf("%s: kind %s is cluster-scoped; related objects must be namespaced", where, ref.Kind)
+		}
+		if crd.Spec.Scope != apiextensionsv1.NamespaceScoped && !ref.HasNamespace() {
+			return nil, fmt.Errorf("%s: %s is cluster-scoped, so reference.namespace is required", where, crd.Spec.Names.Kind)
+		}
+		out = append(out, replica.Related{Reference: ref, Local: mapping.Resource})
+	}
+	return out, nil
 }

@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -70,6 +71,11 @@ type Engine struct {
 	connected bool
 	// namespaces this engine has seen to exist; avoids a request per apply.
 	namespaces map[string]bool
+	// related objects (related.go)
+	relWatches map[schema.GroupVersionResource]*relatedWatch
+	relRefs    map[string]map[relKey]bool // by local related object: the references pointing at it
+	relAt      map[relKey]string          // where each reference points
+	relSum     map[relKey][32]byte        // last report per reference
 }
 
 type localWatch struct {
@@ -91,6 +97,10 @@ func NewEngine(o Options) *Engine {
 		deleting:   map[string]*ferryv1.SyncIntent{},
 		statusSum:  map[string][32]byte{},
 		namespaces: map[string]bool{},
+		relWatches: map[schema.GroupVersionResource]*relatedWatch{},
+		relRefs:    map[string]map[relKey]bool{},
+		relAt:      map[relKey]string{},
+		relSum:     map[relKey][32]byte{},
 	}
 }
 
@@ -101,6 +111,7 @@ func (e *Engine) Run(ctx context.Context, workers int) error {
 	for _, p := range e.published {
 		e.watchLocked(p)
 	}
+	e.ensureRelatedWatchesLocked()
 	e.mu.Unlock()
 	watching.RunWorkers(ctx, e.queue, workers, func() bool { return e.next(ctx) })
 	return nil
@@ -119,6 +130,7 @@ func (e *Engine) SetPublished(p *Published) {
 	}
 	e.published[p.Name] = p
 	e.watchLocked(p)
+	e.ensureRelatedWatchesLocked()
 }
 
 // RemovePublished stops syncing a PublishedResource's objects (local copies
@@ -131,6 +143,7 @@ func (e *Engine) RemovePublished(name string) {
 		w.cancel()
 		delete(e.watches, name)
 	}
+	e.ensureRelatedWatchesLocked()
 }
 
 func (e *Engine) forRemote(gvr *ferryv1.GroupVersionResource) (*Published, *localWatch) {
@@ -226,7 +239,7 @@ func remoteIndexKey(remote naming.Remote) string {
 
 // Handle takes a sync intent from the broker (latest wins per object).
 func (e *Engine) Handle(in *ferryv1.SyncIntent) {
-	k := keyString(in.GetKey())
+	k := intentKey(in)
 	e.mu.Lock()
 	e.latest[k] = in
 	e.mu.Unlock()
@@ -241,6 +254,7 @@ func (e *Engine) Connected() {
 	e.connected = true
 	e.reportID = 0
 	clear(e.statusSum)
+	clear(e.relSum)
 	for _, w := range e.watches {
 		e.sendInventoryLocked(w)
 		if !w.synced {
@@ -248,6 +262,7 @@ func (e *Engine) Connected() {
 		}
 		for _, obj := range w.store.List() {
 			e.reportStatusLocked(w, obj)
+			e.reportRelatedLocked(w, obj)
 		}
 	}
 }
@@ -304,7 +319,13 @@ func (e *Engine) next(ctx context.Context) bool {
 		return true
 	}
 	e.queue.Forget(k)
-	res := e.apply(ctx, in)
+	var res *ferryv1.IntentResult
+	if in.GetRelatedTo() != nil {
+		res = e.applyRelated(ctx, in)
+		res.RelatedTo = in.GetRelatedTo()
+	} else {
+		res = e.apply(ctx, in)
+	}
 	e.mu.Lock()
 	e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: res}})
 	e.mu.Unlock()
@@ -314,6 +335,9 @@ func (e *Engine) next(ctx context.Context) bool {
 // ready tells whether the local watch of in's resource has synced; intents
 // for resources this edge does not publish are ready (they are refused).
 func (e *Engine) ready(in *ferryv1.SyncIntent) bool {
+	if in.GetRelatedTo() != nil {
+		return e.relatedReady(in)
+	}
 	_, w := e.forRemote(in.GetKey().GetResource())
 	if w == nil {
 		return true
@@ -404,6 +428,9 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		e.mu.Unlock()
 		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
 	}
+	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid()); err != nil {
+		return nack(in, classify(err), true, "%v", err)
+	}
 	e.mu.Lock()
 	e.deleting[k] = in
 	e.mu.Unlock()
@@ -474,6 +501,7 @@ func (e *Engine) localChanged(w *localWatch, obj any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.reportStatusLocked(w, obj)
+	e.reportRelatedLocked(w, obj)
 }
 
 func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
@@ -531,6 +559,7 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.statusSum, k)
+	e.forgetRelatedLocked(w, u)
 	if in, ok := e.deleting[k]; ok {
 		delete(e.deleting, k)
 		e.confirmLocked(in)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // Published is a PublishedResource whose objects are synced: how a kcp-side
@@ -28,6 +29,8 @@ type Published struct {
 	SpecMutator *mutation.Mutator
 	// StatusMutator rewrites status going back to kcp.
 	StatusMutator *mutation.Mutator
+	// Related are the compiled related[] entries.
+	Related []Related
 	// Revision identifies the publish this was derived from; a registration
 	// with the same name and revision is unchanged.
 	Revision string
@@ -36,4 +39,11 @@ type Published struct {
 // LocalGVK is the local group/version/kind.
 func (p *Published) LocalGVK() schema.GroupVersionKind {
 	return p.Local.GroupVersion().WithKind(p.LocalKind)
+}
+
+// Related is a related[] entry with its resource in the service cluster.
+type Related struct {
+	*related.Reference
+	// Local is the related kind's resource as the service cluster serves it.
+	Local schema.GroupVersionResource
 }

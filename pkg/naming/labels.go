@@ -16,6 +16,13 @@ const (
 	AnnotationWorkspacePath = "ferry.dev/remote-workspace-path"
 	// AnnotationResourceVersion is the kcp resourceVersion last applied.
 	AnnotationResourceVersion = "ferry.dev/remote-resource-version"
+
+	// LabelRelatedTo, on a copy of a related object (on either side), is the
+	// kcp UID of its primary object; LabelRelatedIdentifier is the related[]
+	// entry. Together they are the only sync metadata on related copies in
+	// kcp (besides an owner reference to the primary).
+	LabelRelatedTo         = "ferry.dev/related-to"
+	LabelRelatedIdentifier = "ferry.dev/related-identifier"
 )
 
 // Labels are the labels that identify remote's local copy for agent.

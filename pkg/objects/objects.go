@@ -94,3 +94,32 @@ func Retype(obj *unstructured.Unstructured, gvk schema.GroupVersionKind) {
 	obj.SetAPIVersion(gvk.GroupVersion().String())
 	obj.SetKind(gvk.Kind)
 }
+
+// RelatedContent returns a related object's content as it crosses to the
+// other side: DesiredState without name and namespace (the receiving side
+// locates the object itself) and without ferry's own or kubectl's
+// bookkeeping labels and annotations.
+func RelatedContent(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	out := DesiredState(obj)
+	meta, _ := out.Object["metadata"].(map[string]any)
+	delete(meta, "name")
+	delete(meta, "namespace")
+	out.SetLabels(withoutBookkeeping(out.GetLabels()))
+	out.SetAnnotations(withoutBookkeeping(out.GetAnnotations()))
+	if len(meta) == 0 {
+		delete(out.Object, "metadata")
+	}
+	return out
+}
+
+func withoutBookkeeping(m map[string]string) map[string]string {
+	for k := range m {
+		if strings.HasPrefix(k, "ferry.dev/") || k == "kubectl.kubernetes.io/last-applied-configuration" {
+			delete(m, k)
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}

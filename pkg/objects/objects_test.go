@@ -86,3 +86,31 @@ func BenchmarkDesiredState(b *testing.B) {
 		_ = DesiredState(in)
 	}
 }
+
+func TestRelatedContent(t *testing.T) {
+	in := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+		"data": map[string]any{"password": "c2VjcmV0"},
+		"metadata": map[string]any{
+			"name": "db-creds", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+			"labels": map[string]any{"app": "db", "ferry.dev/related-to": "x", "kcp.io/cluster": "c"},
+			"annotations": map[string]any{
+				"kubectl.kubernetes.io/last-applied-configuration": "{}", "ferry.dev/remote-name": "n", "note": "kept",
+			},
+			"ownerReferences": []any{map[string]any{"name": "owner"}},
+		},
+	}}
+	got := RelatedContent(in)
+	want := map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+		"data":     map[string]any{"password": "c2VjcmV0"},
+		"metadata": map[string]any{"labels": map[string]any{"app": "db"}, "annotations": map[string]any{"note": "kept"}},
+	}
+	if !reflect.DeepEqual(got.Object, want) {
+		t.Errorf("RelatedContent =\n%v\nwant\n%v", got.Object, want)
+	}
+	bare := RelatedContent(&unstructured.Unstructured{Object: map[string]any{"kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}})
+	if _, ok := bare.Object["metadata"]; ok {
+		t.Errorf("empty metadata kept: %v", bare.Object)
+	}
+}

@@ -102,7 +102,7 @@ func run(args []string) error {
 	wake, pending := link.NewWake()
 	store := publish.NewStore(opts.BrokerAddress, wake)
 	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica")})
-	if err := (&publish.Reconciler{Client: mgr.GetClient(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
 	brokerStream := stream.New(stream.Options{

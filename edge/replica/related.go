@@ -1,0 +1,440 @@
+package replica
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/client-go/tools/cache"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/watching"
+)
+
+// Related objects on the edge.
+//
+// Origin service: the edge watches the related resource in the whole
+// service cluster (the objects are made by the service's controllers, so
+// they carry no label to select on), evaluates each primary's reference on
+// the local copy, and reports what it finds — the object, its absence, or
+// why the reference cannot be evaluated — whenever either side changes. The
+// broker locates the kcp-side object on the kcp primary itself.
+//
+// Origin kcp: the broker sends the object as a SyncIntent with related_to;
+// the edge writes it where the reference points on the local primary,
+// labelled with the primary's kcp UID and the entry, and deletes such copies
+// before it deletes the primary.
+
+// relatedOwnerIndex indexes related copies by primary UID and identifier.
+const relatedOwnerIndex = "ferry.dev/related-owner"
+
+// relatedWatch is an informer on one related resource, all namespaces.
+type relatedWatch struct {
+	gvr    schema.GroupVersionResource
+	store  cache.Indexer
+	cancel context.CancelFunc
+	synced bool
+}
+
+// relKey is one primary's reference by one related[] entry.
+type relKey struct{ pub, primary, id string }
+
+func indexByRelatedOwner(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	l := u.GetLabels()
+	if l[naming.LabelRelatedTo] == "" {
+		return nil, nil
+	}
+	return []string{l[naming.LabelRelatedTo] + "|" + l[naming.LabelRelatedIdentifier]}, nil
+}
+
+// dropManagedFields keeps the informer caches small: managedFields are
+// never read.
+func dropManagedFields(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		u.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func gvrKey(gvr schema.GroupVersionResource, ns, name string) string {
+	return gvr.String() + "|" + ns + "/" + name
+}
+
+// ensureRelatedWatchesLocked runs exactly the related watches the
+// registered PublishedResources need.
+func (e *Engine) ensureRelatedWatchesLocked() {
+	if e.ctx == nil {
+		return
+	}
+	needed := map[schema.GroupVersionResource]bool{}
+	for _, p := range e.published {
+		for _, r := range p.Related {
+			needed[r.Local] = true
+		}
+	}
+	for gvr, rw := range e.relWatches {
+		if !needed[gvr] {
+			rw.cancel()
+			delete(e.relWatches, gvr)
+		}
+	}
+	for gvr := range needed {
+		if _, ok := e.relWatches[gvr]; !ok {
+			e.startRelatedWatchLocked(gvr)
+		}
+	}
+}
+
+func (e *Engine) startRelatedWatchLocked(gvr schema.GroupVersionResource) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	rw := &relatedWatch{gvr: gvr, cancel: cancel}
+	e.relWatches[gvr] = rw
+	informer := cache.NewSharedIndexInformer(watching.ListWatch(e.opts.Dynamic.Resource(gvr), ""),
+		&unstructured.Unstructured{}, 0, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})
+	_ = informer.SetTransform(dropManagedFields)
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.relatedChanged(rw, obj) },
+		UpdateFunc: func(_, obj any) { e.relatedChanged(rw, obj) },
+		DeleteFunc: func(obj any) { e.relatedChanged(rw, obj) },
+	})
+	rw.store = informer.GetIndexer()
+	go informer.RunWithContext(ctx)
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			return
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		rw.synced = true
+		if e.relWatches[gvr] != rw {
+			return
+		}
+		// Everything pointing at this resource can be reported now.
+		for _, w := range e.watches {
+			if w.synced && w.pub.usesRelated(gvr) {
+				for _, obj := range w.store.List() {
+					e.reportRelatedLocked(w, obj)
+				}
+			}
+		}
+	}()
+}
+
+func (p *Published) usesRelated(gvr schema.GroupVersionResource) bool {
+	for _, r := range p.Related {
+		if r.Local == gvr {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Published) related(identifier string) *Related {
+	for i := range p.Related {
+		if p.Related[i].Identifier == identifier {
+			return &p.Related[i]
+		}
+	}
+	return nil
+}
+
+// relatedChanged re-reports every reference pointing at a changed local
+// object.
+func (e *Engine) relatedChanged(rw *relatedWatch, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for rk := range e.relRefs[gvrKey(rw.gvr, u.GetNamespace(), u.GetName())] {
+		w, ok := e.watches[rk.pub]
+		if !ok {
+			continue
+		}
+		ref := w.pub.related(rk.id)
+		primary, exists, err := w.store.GetByKey(rk.primary)
+		if ref == nil || err != nil || !exists {
+			continue
+		}
+		e.reportRelatedRefLocked(w, primary.(*unstructured.Unstructured), ref)
+	}
+}
+
+// reportRelatedLocked reports the service-origin related objects of one
+// local primary object.
+func (e *Engine) reportRelatedLocked(w *localWatch, obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	for i := range w.pub.Related {
+		if w.pub.Related[i].Origin == ferryv1alpha1.OriginService {
+			e.reportRelatedRefLocked(w, u, &w.pub.Related[i])
+		}
+	}
+}
+
+// reportRelatedRefLocked sends what ref finds for primary when it differs
+// from the last report.
+func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Unstructured, ref *Related) {
+	remote, ok := naming.RemoteFrom(primary.GetLabels(), primary.GetAnnotations())
+	if !ok {
+		return
+	}
+	rw := e.relWatches[ref.Local]
+	if rw == nil || !rw.synced {
+		return // reported once the watch has listed
+	}
+	rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
+	report := &ferryv1.RelatedObjectReport{
+		RelatedTo: &ferryv1.RelatedTo{Primary: remoteKey(w.pub, remote), Identifier: ref.Identifier},
+		Resource:  &ferryv1.GroupVersionResource{Group: ref.Local.Group, Version: ref.Local.Version, Resource: ref.Local.Resource},
+	}
+	ns, name, err := ref.Locate(primary.Object)
+	at := ""
+	if err != nil {
+		report.State = &ferryv1.RelatedObjectReport_Unresolved{Unresolved: &ferryv1.RelatedObjectUnresolved{
+			Message: fmt.Sprintf("on the service cluster's copy %s: %v", nsName(primary.GetNamespace(), primary.GetName()), err),
+		}}
+	} else {
+		at = gvrKey(ref.Local, ns, name)
+		report.LocalNamespace, report.LocalName = ns, name
+		raw, exists, _ := rw.store.GetByKey(cacheKeyOf(ns, name))
+		if exists {
+			data, err := json.Marshal(objects.RelatedContent(raw.(*unstructured.Unstructured)).Object)
+			if err != nil {
+				return
+			}
+			report.State = &ferryv1.RelatedObjectReport_Object{Object: data}
+		} else {
+			report.State = &ferryv1.RelatedObjectReport_Gone{Gone: &ferryv1.RelatedObjectGone{}}
+		}
+	}
+	e.pointLocked(rk, at)
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(report)
+	if err != nil {
+		return
+	}
+	sum := sha256.Sum256(data)
+	if prev, ok := e.relSum[rk]; ok && prev == sum {
+		return
+	}
+	e.relSum[rk] = sum
+	e.reportID++
+	report.ReportId = e.reportID
+	e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: report}})
+}
+
+// pointLocked records that rk now points at the local object at ("" for
+// nothing), so changes of that object re-report rk.
+func (e *Engine) pointLocked(rk relKey, at string) {
+	old, had := e.relAt[rk]
+	if had && old == at {
+		return
+	}
+	if had {
+		delete(e.relRefs[old], rk)
+		if len(e.relRefs[old]) == 0 {
+			delete(e.relRefs, old)
+		}
+		delete(e.relAt, rk)
+	}
+	if at == "" {
+		return
+	}
+	e.relAt[rk] = at
+	if e.relRefs[at] == nil {
+		e.relRefs[at] = map[relKey]bool{}
+	}
+	e.relRefs[at][rk] = true
+}
+
+// forgetRelatedLocked drops the references of a local primary that is gone.
+func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstructured) {
+	for _, ref := range w.pub.Related {
+		rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
+		e.pointLocked(rk, "")
+		delete(e.relSum, rk)
+	}
+}
+
+func cacheKey(u *unstructured.Unstructured) string { return cacheKeyOf(u.GetNamespace(), u.GetName()) }
+
+func cacheKeyOf(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// intentKey keys intents in the engine: related intents per primary and
+// entry, others per object.
+func intentKey(in *ferryv1.SyncIntent) string {
+	if rt := in.GetRelatedTo(); rt != nil {
+		return "related|" + keyString(rt.GetPrimary()) + "|" + rt.GetIdentifier()
+	}
+	return keyString(in.GetKey())
+}
+
+// relatedReady tells whether a related intent can be applied: the primary's
+// and the related resource's watches have listed.
+func (e *Engine) relatedReady(in *ferryv1.SyncIntent) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pub := e.published[in.GetPublishedResource()]
+	if pub == nil {
+		return true // refused by applyRelated
+	}
+	w := e.watches[pub.Name]
+	ref := pub.related(in.GetRelatedTo().GetIdentifier())
+	if w == nil || ref == nil {
+		return true
+	}
+	rw := e.relWatches[ref.Local]
+	return w.synced && rw != nil && rw.synced
+}
+
+// applyRelated writes or deletes the local copy of a related object that
+// originates in kcp.
+func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.IntentResult {
+	rt := in.GetRelatedTo()
+	e.mu.Lock()
+	pub := e.published[in.GetPublishedResource()]
+	var w *localWatch
+	var ref *Related
+	var rw *relatedWatch
+	if pub != nil {
+		w, ref = e.watches[pub.Name], pub.related(rt.GetIdentifier())
+	}
+	if ref != nil {
+		rw = e.relWatches[ref.Local]
+	}
+	e.mu.Unlock()
+	if w == nil || ref == nil || rw == nil || ref.Origin != ferryv1alpha1.OriginKCP {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, false,
+			"PublishedResource %q has no related entry %q that originates in kcp", in.GetPublishedResource(), rt.GetIdentifier())
+	}
+	copies, _ := rw.store.ByIndex(relatedOwnerIndex, rt.GetPrimary().GetUid()+"|"+ref.Identifier)
+	if in.GetDelete() != nil {
+		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
+	}
+	pk := rt.GetPrimary()
+	primary := e.findLocal(w, naming.Remote{ClusterName: pk.GetCluster(), Namespace: pk.GetNamespace(), Name: pk.GetName(), UID: pk.GetUid()})
+	if primary == nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE, true,
+			"related %q: the primary object has no copy in the service cluster (yet)", ref.Identifier)
+	}
+	ns, name, err := ref.Locate(primary.Object)
+	if err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "on the service cluster's copy %s: %v",
+			nsName(primary.GetNamespace(), primary.GetName()), err)
+	}
+	rv := in.GetVersion().GetResourceVersion()
+	for _, c := range copies {
+		u := c.(*unstructured.Unstructured)
+		if u.GetNamespace() == ns && u.GetName() == name && u.GetAnnotations()[naming.AnnotationResourceVersion] == rv {
+			return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
+		}
+	}
+	if raw, exists, _ := rw.store.GetByKey(cacheKeyOf(ns, name)); exists {
+		if u := raw.(*unstructured.Unstructured); u.GetLabels()[naming.LabelRelatedTo] != pk.GetUid() {
+			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT, false,
+				"related %q: %s %s already exists in the service cluster and was not created by ferry for this object; not overwriting it",
+				ref.Identifier, ref.Kind.Kind, nsName(ns, name))
+		}
+	}
+	// The reference moved: the copy at the old place goes.
+	if err := e.deleteCopies(ctx, ref, copies, ns, name); err != nil {
+		return nack(in, classify(err), true, "%v", err)
+	}
+	var content map[string]any
+	if err := utiljson.Unmarshal(in.GetUpsert().GetObject(), &content); err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "the object is not valid JSON: %v", err)
+	}
+	local := objects.RelatedContent(&unstructured.Unstructured{Object: content})
+	local.SetAPIVersion(ref.Local.GroupVersion().String())
+	local.SetKind(ref.Kind.Kind)
+	local.SetNamespace(ns)
+	local.SetName(name)
+	local.SetLabels(merge(local.GetLabels(), map[string]string{
+		naming.LabelAgent: e.opts.Agent, naming.LabelRelatedTo: pk.GetUid(), naming.LabelRelatedIdentifier: ref.Identifier,
+	}))
+	key := in.GetKey()
+	ann := merge(local.GetAnnotations(), naming.Annotations(naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}))
+	ann[naming.AnnotationResourceVersion] = rv
+	local.SetAnnotations(ann)
+	if err := e.ensureNamespace(ctx, ns); err != nil {
+		return nack(in, classify(err), true, "cannot create namespace %s: %v", ns, err)
+	}
+	if _, err := e.opts.Dynamic.Resource(ref.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		if apierrors.IsNotFound(err) {
+			e.mu.Lock()
+			delete(e.namespaces, ns)
+			e.mu.Unlock()
+		}
+		return nack(in, classify(err), true, "the service cluster refused %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+	}
+	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
+}
+
+// deleteCopies deletes the related copies except the one at keepNS/keepName.
+func (e *Engine) deleteCopies(ctx context.Context, ref *Related, copies []any, keepNS, keepName string) error {
+	for _, c := range copies {
+		u := c.(*unstructured.Unstructured)
+		if u.GetNamespace() == keepNS && u.GetName() == keepName {
+			continue
+		}
+		err := e.opts.Dynamic.Resource(ref.Local).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: ptrTo(u.GetUID())},
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("cannot delete related %s %s: %w", ref.Kind.Kind, nsName(u.GetNamespace(), u.GetName()), err)
+		}
+	}
+	return nil
+}
+
+// deleteRelatedCopies deletes the kcp-origin related copies of a primary
+// before the primary itself goes.
+func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primaryUID string) error {
+	for i := range pub.Related {
+		ref := &pub.Related[i]
+		if ref.Origin != ferryv1alpha1.OriginKCP {
+			continue
+		}
+		e.mu.Lock()
+		rw := e.relWatches[ref.Local]
+		e.mu.Unlock()
+		if rw == nil {
+			continue
+		}
+		copies, _ := rw.store.ByIndex(relatedOwnerIndex, primaryUID+"|"+ref.Identifier)
+		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
