@@ -27,8 +27,10 @@ func clusterKey(obj any) (string, error) {
 // runInformer lists and watches through lw into store (keyed by
 // clusterKey) and calls onChange with the key of every object that was
 // added, updated or deleted, until ctx ends. onChange runs on one goroutine
-// and must not block for long (it only enqueues).
-func runInformer(ctx context.Context, lw cache.ListerWatcher, store cache.Indexer, onChange func(key string)) {
+// and must not block for long (it only enqueues). onSynced, when set, is
+// called once the initial list is in the store. managedFields are dropped
+// (never read; they are a large part of every object).
+func runInformer(ctx context.Context, lw cache.ListerWatcher, store cache.Indexer, onChange func(key string), onSynced func()) {
 	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{KeyFunction: clusterKey, KnownObjects: store, EmitDeltaTypeReplaced: true})
 	ctrl := cache.New(&cache.Config{
 		Queue:         fifo,
@@ -44,6 +46,9 @@ func runInformer(ctx context.Context, lw cache.ListerWatcher, store cache.Indexe
 				if err != nil {
 					return err
 				}
+				if u, ok := d.Object.(*unstructured.Unstructured); ok && d.Type != cache.Deleted {
+					u.SetManagedFields(nil)
+				}
 				if d.Type == cache.Deleted {
 					if err := store.Delete(d.Object); err != nil {
 						return err
@@ -56,6 +61,13 @@ func runInformer(ctx context.Context, lw cache.ListerWatcher, store cache.Indexe
 			return nil
 		},
 	})
+	if onSynced != nil {
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+				onSynced()
+			}
+		}()
+	}
 	ctrl.RunWithContext(ctx)
 }
 

@@ -36,6 +36,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/related"
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
@@ -55,6 +56,8 @@ type Resource struct {
 	// NamespaceSelector, when set, syncs only objects whose namespace's
 	// labels match (spec.filter.namespace).
 	NamespaceSelector labels.Selector
+	// Related are the compiled spec.related entries.
+	Related []*related.Reference
 }
 
 // Options configure a Manager. All fields are required.
@@ -106,11 +109,23 @@ type Manager struct {
 	// resource filters by namespace labels.
 	namespaces       cache.Indexer
 	namespacesCancel context.CancelFunc
+
+	// related objects (related.go)
+	relWatchers map[schema.GroupVersionResource]*relatedWatcher
+	relRefs     map[string]map[item]bool // by related object: kcp-origin references pointing at it
+	relAt       map[item]string          // where each kcp-origin reference points
+	relSent     map[item]string          // what was last sent per reference on this stream
+	relNotes    map[item]string          // last Event message per reference
+	// applied holds the primaries the edge has applied on this stream
+	// (kcp-origin related objects are sent only after their primary).
+	applied map[item]bool
 }
 
 type inventoryEntry struct{ rv, uid string }
 
-type item struct{ pr, key string }
+// item is a primary object (related empty) or one of its related[]
+// references.
+type item struct{ pr, key, related string }
 
 type watcher struct {
 	res    Resource
@@ -132,6 +147,12 @@ func NewManager(o Options) *Manager {
 		inventory:   map[string]map[string]inventoryEntry{},
 		inventoried: map[string]bool{},
 		paths:       map[string]string{},
+		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
+		relRefs:     map[string]map[item]bool{},
+		relAt:       map[item]string{},
+		relSent:     map[item]string{},
+		relNotes:    map[item]string{},
+		applied:     map[item]bool{},
 	}
 }
 
@@ -157,6 +178,10 @@ func (m *Manager) SetVirtualWorkspace(url string) {
 	for pr := range m.running {
 		m.stopLocked(pr)
 	}
+	for gvr, rw := range m.relWatchers {
+		rw.cancel()
+		delete(m.relWatchers, gvr)
+	}
 	clear(m.clients)
 	m.reconcileLocked()
 }
@@ -173,6 +198,12 @@ func (m *Manager) Ensure(res Resource) {
 	}
 	m.desired[res.PublishedResource] = res
 	m.reconcileLocked()
+	// The related[] entries may have changed: re-evaluate them.
+	for it := range m.applied {
+		if it.pr == res.PublishedResource {
+			m.queueRelatedLocked(it.pr, it.key)
+		}
+	}
 }
 
 func sameResource(a, b Resource) bool {
@@ -260,6 +291,7 @@ func (m *Manager) Remove(pr string) {
 	delete(m.open, pr)
 	delete(m.inventory, pr)
 	m.stopLocked(pr)
+	m.reconcileRelatedLocked()
 }
 
 func (m *Manager) stopLocked(pr string) {
@@ -288,9 +320,10 @@ func (m *Manager) reconcileLocked() {
 		selector := res.Selector.String()
 		lw := watching.ListWatch(dyn.Resource(res.GVR), selector)
 		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
-		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) })
+		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, nil)
 	}
 	m.reconcileNamespacesLocked()
+	m.reconcileRelatedLocked()
 }
 
 // reconcileNamespacesLocked watches the consumer workspaces' namespaces
@@ -311,7 +344,7 @@ func (m *Manager) reconcileNamespacesLocked() {
 		ctx, cancel := context.WithCancel(m.ctx)
 		m.namespaces, m.namespacesCancel = newStore(), cancel
 		lw := watching.ListWatch(dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), "")
-		go runInformer(ctx, lw, m.namespaces, m.namespaceChanged)
+		go runInformer(ctx, lw, m.namespaces, m.namespaceChanged, nil)
 	case !needed && m.namespacesCancel != nil:
 		m.namespacesCancel()
 		m.namespaces, m.namespacesCancel = nil, nil
@@ -400,6 +433,9 @@ func (m *Manager) processNext(ctx context.Context) bool {
 // process turns the current state of one object into the next step:
 // finalizer first, then upserts, a delete once it is being deleted.
 func (m *Manager) process(ctx context.Context, it item) error {
+	if it.related != "" {
+		return m.processRelated(ctx, it)
+	}
 	m.mu.Lock()
 	w, ok := m.running[it.pr]
 	m.mu.Unlock()
@@ -437,6 +473,10 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		return m.addFinalizer(ctx, key, obj)
 	}
 	if m.alreadyApplied(it.pr, it.key, obj) {
+		m.mu.Lock()
+		m.applied[it] = true
+		m.queueRelatedLocked(it.pr, it.key)
+		m.mu.Unlock()
 		return nil // the edge has this state already
 	}
 	desired := objects.DesiredState(obj)
@@ -539,6 +579,22 @@ func (m *Manager) patchFinalizers(ctx context.Context, ri dynamic.ResourceInterf
 	return err
 }
 
+// Release finishes a deletion the edge confirmed: the primary's
+// service-origin related copies in kcp are deleted, then its finalizer is
+// released.
+func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
+	if err := m.deleteRelatedCopies(ctx, pr, key); err != nil {
+		return err
+	}
+	if err := m.ReleaseFinalizer(ctx, key); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.applied, item{pr: pr, key: storeKey(key)})
+	m.mu.Unlock()
+	return nil
+}
+
 // ReleaseFinalizer removes the broker's finalizer from the kcp object once
 // the edge confirmed its local copy is gone. A missing object or finalizer is
 // fine (already released).
@@ -605,7 +661,29 @@ func (m *Manager) Retry(pr string, key *ferryv1.ObjectKey) time.Duration {
 
 // Applied forgets the failure history of key after a successful apply.
 func (m *Manager) Applied(pr string, key *ferryv1.ObjectKey) {
-	m.nacks.Forget(item{pr: pr, key: storeKey(key)})
+	it := item{pr: pr, key: storeKey(key)}
+	m.nacks.Forget(it)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applied[it] = true
+	m.queueRelatedLocked(pr, it.key)
+}
+
+// RetryRelated re-sends a related object after the edge could not apply it,
+// with the same per-object backoff as Retry.
+func (m *Manager) RetryRelated(pr string, rt *ferryv1.RelatedTo) time.Duration {
+	it := item{pr: pr, key: storeKey(rt.GetPrimary()), related: rt.GetIdentifier()}
+	m.mu.Lock()
+	delete(m.relSent, it)
+	m.mu.Unlock()
+	d := m.nacks.When(it)
+	m.queue.AddAfter(it, d)
+	return d
+}
+
+// AppliedRelated forgets the failure history of a related object.
+func (m *Manager) AppliedRelated(pr string, rt *ferryv1.RelatedTo) {
+	m.nacks.Forget(item{pr: pr, key: storeKey(rt.GetPrimary()), related: rt.GetIdentifier()})
 }
 
 func storeKey(key *ferryv1.ObjectKey) string {
@@ -616,6 +694,13 @@ func storeKey(key *ferryv1.ObjectKey) string {
 // as a Warning Event on the kcp object, so the kcp user sees why it is not
 // synced (through the APIExport's "events" permission claim).
 func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error {
+	return m.recordEvent(ctx, pr, key, "Warning", "SyncFailed", fmt.Sprintf("the service cluster did not accept this object (%s): %s",
+		reasonText(applyErr.GetReason()), applyErr.GetMessage()))
+}
+
+// recordEvent records an Event on the kcp object behind key (through the
+// APIExport's "events" permission claim).
+func (m *Manager) recordEvent(ctx context.Context, pr string, key *ferryv1.ObjectKey, eventType, reason, message string) error {
 	m.mu.Lock()
 	w, ok := m.running[pr]
 	m.mu.Unlock()
@@ -644,9 +729,9 @@ func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.Obj
 			"apiVersion": obj.GetAPIVersion(), "kind": obj.GetKind(), "name": key.GetName(),
 			"namespace": key.GetNamespace(), "uid": key.GetUid(), "resourceVersion": obj.GetResourceVersion(),
 		},
-		"type":               "Warning",
-		"reason":             "SyncFailed",
-		"message":            fmt.Sprintf("the service cluster did not accept this object (%s): %s", reasonText(applyErr.GetReason()), applyErr.GetMessage()),
+		"type":               eventType,
+		"reason":             reason,
+		"message":            message,
 		"source":             map[string]any{"component": "ferry-broker"},
 		"reportingComponent": "ferry.dev/broker",
 		"reportingInstance":  m.opts.Agent,

@@ -38,14 +38,24 @@ func KeyString(k *ferryv1.ObjectKey) string {
 	return k.GetCluster() + "|" + r.GetGroup() + "/" + r.GetResource() + "|" + k.GetNamespace() + "|" + k.GetName() + "|" + k.GetUid()
 }
 
+// IntentKey is the outbox's map key for an intent: the object, or for a
+// related object its primary and related[] entry (one slot per reference,
+// whichever object it points at).
+func IntentKey(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo) string {
+	if relatedTo != nil {
+		return "related|" + KeyString(relatedTo.GetPrimary()) + "|" + relatedTo.GetIdentifier()
+	}
+	return KeyString(key)
+}
+
 // Put queues intent as the latest for its object. An upsert does not
 // replace a pending or in-flight delete of the same object (a deleting
-// object cannot come back). An intent equal in content to the in-flight one
+// object cannot come back; related objects can). An intent equal in content to the in-flight one
 // is not queued again.
 func (o *Outbox) Put(intent *ferryv1.SyncIntent) {
-	k := KeyString(intent.GetKey())
+	k := IntentKey(intent.GetKey(), intent.GetRelatedTo())
 	o.mu.Lock()
-	if intent.GetUpsert() != nil {
+	if intent.GetUpsert() != nil && intent.GetRelatedTo() == nil {
 		if p, ok := o.pending[k]; ok && p.GetDelete() != nil {
 			o.mu.Unlock()
 			return
@@ -84,10 +94,10 @@ func (o *Outbox) Next() *ferryv1.SyncIntent {
 	return intent
 }
 
-// Done records the edge's result for key at version and returns the intent
+// Done records the edge's result for key (and relatedTo) at version and returns the intent
 // it answers, or nil when the result is stale (a newer intent exists).
-func (o *Outbox) Done(key *ferryv1.ObjectKey, version *ferryv1.ObjectVersion) *ferryv1.SyncIntent {
-	k := KeyString(key)
+func (o *Outbox) Done(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo, version *ferryv1.ObjectVersion) *ferryv1.SyncIntent {
+	k := IntentKey(key, relatedTo)
 	o.mu.Lock()
 	f, ok := o.inflight[k]
 	if !ok || f.GetVersion().GetSequence() != version.GetSequence() || f.GetVersion().GetBrokerEpoch() != version.GetBrokerEpoch() {

@@ -40,13 +40,13 @@ func TestOutboxCoalescingAndWindow(t *testing.T) {
 		t.Fatal("window of 2 exceeded")
 	}
 	// A stale result is ignored and keeps the window full.
-	if o.Done(key("a"), &ferryv1.ObjectVersion{BrokerEpoch: 1, Sequence: 1}) != nil {
+	if o.Done(key("a"), nil, &ferryv1.ObjectVersion{BrokerEpoch: 1, Sequence: 1}) != nil {
 		t.Fatal("a result for an older intent was accepted")
 	}
 	if o.Next() != nil {
 		t.Fatal("window opened by a stale result")
 	}
-	if o.Done(key("a"), first.GetVersion()) == nil {
+	if o.Done(key("a"), nil, first.GetVersion()) == nil {
 		t.Fatal("the matching result was not accepted")
 	}
 	if n := o.Next(); n.GetKey().GetName() != "c" {
@@ -99,6 +99,6 @@ func BenchmarkOutboxCycle(b *testing.B) {
 		in := intents[i%len(intents)]
 		o.Put(in)
 		n := o.Next()
-		o.Done(n.GetKey(), n.GetVersion())
+		o.Done(n.GetKey(), nil, n.GetVersion())
 	}
 }

@@ -19,6 +19,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/replicate"
 	"github.com/ferry-dev/ferry/pkg/projection"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // syncedResource derives what to sync from a successful publish; ok is false
@@ -47,6 +48,10 @@ func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replica
 			return r, false, fmt.Errorf("spec.filter.namespace: %w", err)
 		}
 	}
+	refs, err := related.Compile(spec.Related)
+	if err != nil {
+		return r, false, err
+	}
 	versions := projection.SelectedVersions(&spec.Resource)
 	hasStatus := true
 	for _, v := range crd.Spec.Versions {
@@ -62,6 +67,7 @@ func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replica
 		Selector:          selector,
 		WorkspacePaths:    spec.EnableWorkspacePaths,
 		NamespaceSelector: nsSelector,
+		Related:           refs,
 	}, true, nil
 }
 
@@ -72,6 +78,7 @@ type reportTask struct {
 	key      *ferryv1.ObjectKey
 	status   []byte              // status report when set
 	deletion bool                // deletion confirmation
+	related  *ferryv1.RelatedObjectReport
 	failure  *ferryv1.ApplyError // a nack to record as an Event (not answered)
 }
 
@@ -104,6 +111,8 @@ func (w *reportWorker) add(t reportTask) {
 	switch {
 	case t.deletion:
 		k = "delete|" + k
+	case t.related != nil:
+		k = "related|" + k + "|" + t.related.GetRelatedTo().GetIdentifier()
 	case t.failure != nil:
 		k = "failure|" + k
 	default:
@@ -160,13 +169,19 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		w.queue.Forget(k)
 		return
 	case t.deletion:
-		err = w.mgr.ReleaseFinalizer(ctx, t.key)
+		err = w.mgr.Release(ctx, t.pr, t.key)
+	case t.related != nil:
+		err = w.mgr.WriteRelated(ctx, t.pr, t.related)
 	default:
 		err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status)
 	}
 	answer := &ferryv1.ReportResult{ReportId: t.id}
 	switch {
 	case err == nil:
+		w.queue.Forget(k)
+	case errors.Is(err, replicate.ErrRefused):
+		w.log.Info("edge report refused", "object", replicate.KeyString(t.key), "error", err.Error())
+		answer.Error = &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: err.Error()}
 		w.queue.Forget(k)
 	case errors.Is(err, replicate.ErrNoStatus):
 		answer.Error = &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: err.Error()}

@@ -30,7 +30,7 @@ func (st *streamState) sendIntents(stream ferryv1.SyncService_ConnectServer) err
 	for in := st.outbox.Next(); in != nil; in = st.outbox.Next() {
 		msg := &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}
 		if size := proto.Size(msg); st.maxSend > 0 && size > st.maxSend {
-			st.outbox.Done(in.GetKey(), in.GetVersion())
+			st.outbox.Done(in.GetKey(), in.GetRelatedTo(), in.GetVersion())
 			st.log.Error(errors.New("intent too large"), "object not synced: larger than the edge accepts",
 				"object", replicate.KeyString(in.GetKey()), "bytes", size, "limit", st.maxSend)
 			continue
@@ -44,11 +44,15 @@ func (st *streamState) sendIntents(stream ferryv1.SyncService_ConnectServer) err
 
 // intentResult takes the edge's ack or nack.
 func (st *streamState) intentResult(r *ferryv1.IntentResult) {
-	in := st.outbox.Done(r.GetKey(), r.GetVersion())
+	in := st.outbox.Done(r.GetKey(), r.GetRelatedTo(), r.GetVersion())
 	if in == nil {
 		return // stale: a newer intent is on its way
 	}
 	pr := in.GetPublishedResource()
+	if rt := in.GetRelatedTo(); rt != nil {
+		st.relatedResult(pr, rt, r.GetError())
+		return
+	}
 	if r.GetError() == nil {
 		st.mgr.Applied(pr, r.GetKey())
 		return
@@ -81,5 +85,33 @@ func (st *streamState) deletionConfirmation(d *ferryv1.DeletionConfirmation) err
 	}
 	st.outbox.Forget(d.GetKey())
 	st.reports.add(reportTask{id: d.GetReportId(), pr: pr, key: d.GetKey(), deletion: true})
+	return nil
+}
+
+// relatedResult takes the edge's ack or nack of a related object: a nack is
+// recorded as an Event on the primary and retried when retryable.
+func (st *streamState) relatedResult(pr string, rt *ferryv1.RelatedTo, e *ferryv1.ApplyError) {
+	if e == nil {
+		st.mgr.AppliedRelated(pr, rt)
+		return
+	}
+	st.reports.add(reportTask{pr: pr, key: rt.GetPrimary(), failure: e})
+	if e.GetRetryable() {
+		delay := st.mgr.RetryRelated(pr, rt)
+		st.log.Info("edge could not apply a related object; retrying", "primary", replicate.KeyString(rt.GetPrimary()),
+			"related", rt.GetIdentifier(), "reason", e.GetReason().String(), "message", e.GetMessage(), "retryIn", delay.String())
+		return
+	}
+	st.log.Info("edge rejected a related object; waiting for a change in kcp", "primary", replicate.KeyString(rt.GetPrimary()),
+		"related", rt.GetIdentifier(), "reason", e.GetReason().String(), "message", e.GetMessage())
+}
+
+func (st *streamState) relatedObjectReport(r *ferryv1.RelatedObjectReport) error {
+	primary := r.GetRelatedTo().GetPrimary()
+	pr, ok := st.mgr.PublishedResourceFor(primary)
+	if !ok {
+		return status.Errorf(codes.InvalidArgument, "related object report for %s, which this edge does not sync", replicate.KeyString(primary))
+	}
+	st.reports.add(reportTask{id: r.GetReportId(), pr: pr, key: primary, related: r})
 	return nil
 }

@@ -293,6 +293,8 @@ func (s *syncService) handle(msg *ferryv1.ConnectRequest, st *streamState) error
 		return nil
 	case *ferryv1.ConnectRequest_StatusReport:
 		return st.statusReport(m.StatusReport)
+	case *ferryv1.ConnectRequest_RelatedObjectReport:
+		return st.relatedObjectReport(m.RelatedObjectReport)
 	case *ferryv1.ConnectRequest_DeletionConfirmation:
 		return st.deletionConfirmation(m.DeletionConfirmation)
 	case *ferryv1.ConnectRequest_Inventory:
