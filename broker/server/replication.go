@@ -76,8 +76,8 @@ type reportTask struct {
 	id       uint64
 	pr       string
 	key      *ferryv1.ObjectKey
-	status   []byte              // status report when set
-	deletion bool                // deletion confirmation
+	status   []byte // status report when set
+	deletion bool   // deletion confirmation
 	related  *ferryv1.RelatedObjectReport
 	failure  *ferryv1.ApplyError // a nack to record as an Event (not answered)
 }

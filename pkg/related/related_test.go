@@ -59,7 +59,7 @@ func TestLocate(t *testing.T) {
 			&ferryv1alpha1.ResourceLocator{Path: "spec.secretName", Regex: &ferryv1alpha1.RegexReplacement{Pattern: "^", Replacement: "A."}}),
 			wantErr: `which is not a valid namespace`},
 		{name: "cluster-scoped primary without namespace", spec: spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}, nil),
-			obj: map[string]any{"metadata": map[string]any{"name": "x"}, "spec": map[string]any{"secretName": "s"}},
+			obj:     map[string]any{"metadata": map[string]any{"name": "x"}, "spec": map[string]any{"secretName": "s"}},
 			wantErr: "the primary object has no namespace; set reference.namespace"},
 	}
 	for _, tt := range tests {

@@ -303,11 +303,11 @@ func TestInvalidRelatedGetsCondition(t *testing.T) {
 		t.Errorf("condition message %q does not name the field", msg)
 	}
 	p.publish(t, "unknown-related-kind", ferryv1alpha1.PublishedResourceSpec{
-		Resource: ferryv1alpha1.SourceResource{APIGroup: "badrel.example.com", Kind: "Gadget", Version: "v1"},
+		Resource:   ferryv1alpha1.SourceResource{APIGroup: "badrel.example.com", Kind: "Gadget", Version: "v1"},
 		Projection: &ferryv1alpha1.ResourceProjection{Kind: "Gizmo"},
 		Related: []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Sekret",
-			Reference:  ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 		}},
 	})
 	pr = p.waitCondition(t, "unknown-related-kind", metav1.ConditionFalse, ferryv1alpha1.ReasonRelatedInvalid)
