@@ -355,6 +355,9 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.clearNote(it)
 		return nil
 	}
+	// kcp's own labels and annotations (e.g. its claim label) stay.
+	desired.SetLabels(merge(kcpInternal(existing.GetLabels()), desired.GetLabels()))
+	desired.SetAnnotations(merge(kcpInternal(existing.GetAnnotations()), desired.GetAnnotations()))
 	desired.SetResourceVersion(existing.GetResourceVersion())
 	desired.SetUID(existing.GetUID())
 	if _, err := ri.Update(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
@@ -367,8 +370,8 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 // sameRelated tells whether a copy in kcp already holds desired's content,
 // labels, annotations and owner.
 func sameRelated(existing, desired *unstructured.Unstructured) bool {
-	if !reflect.DeepEqual(existing.GetLabels(), desired.GetLabels()) ||
-		!reflect.DeepEqual(existing.GetAnnotations(), desired.GetAnnotations()) ||
+	if !reflect.DeepEqual(withoutKCPInternal(existing.GetLabels()), withoutKCPInternal(desired.GetLabels())) ||
+		!reflect.DeepEqual(withoutKCPInternal(existing.GetAnnotations()), withoutKCPInternal(desired.GetAnnotations())) ||
 		!reflect.DeepEqual(existing.GetOwnerReferences(), desired.GetOwnerReferences()) {
 		return false
 	}
@@ -471,6 +474,32 @@ func merge(a, b map[string]string) map[string]string {
 		out[k] = v
 	}
 	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// kcpInternal returns the kcp-owned entries of m.
+func kcpInternal(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if objects.IsKCPInternal(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// withoutKCPInternal returns m without kcp-owned entries (nil when empty).
+func withoutKCPInternal(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if objects.IsKCPInternal(k) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
 		out[k] = v
 	}
 	return out

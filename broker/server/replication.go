@@ -76,10 +76,10 @@ type reportTask struct {
 	id       uint64
 	pr       string
 	key      *ferryv1.ObjectKey
-	status   []byte // status report when set
-	deletion bool   // deletion confirmation
-	related  *ferryv1.RelatedObjectReport
-	failure  *ferryv1.ApplyError // a nack to record as an Event (not answered)
+	status   []byte                       // status report when set
+	deletion bool                         // deletion confirmation
+	related  *ferryv1.RelatedObjectReport // related object report when set
+	failure  *ferryv1.ApplyError          // a nack to record as an Event (not answered)
 }
 
 // reportWorker applies the edge's status reports and deletion

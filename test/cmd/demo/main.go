@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -165,6 +166,11 @@ func run(dir string) (err error) {
 	}
 	fmt.Printf("    published as %s (schema %s)\n", pr.Status.ServedResource, pr.Status.ResourceSchemaName)
 
+	step("starting the demo's Database controller in the service cluster (writes each Database's connection Secret)")
+	if err := runDatabaseController(ctx, svc.Config); err != nil {
+		return err
+	}
+
 	step("binding the APIExport in workspace root:" + consumerWorkspace)
 	consumer, err := framework.CreateWorkspace(ctx, kcp.Config, "root", consumerWorkspace)
 	if err != nil {
@@ -190,6 +196,10 @@ func run(dir string) (err error) {
 		return fmt.Errorf("%w (logs in %s)", err, logDir)
 	}
 	fmt.Printf("    synced to the service cluster as Database %s/%s\n", local.GetNamespace(), local.GetName())
+	if err := waitConnectionSecret(ctx, consumerCfg); err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, logDir)
+	}
+	fmt.Println("    its connection Secret default/orders-connection is in root:" + consumerWorkspace)
 	envFile := filepath.Join(dir, "env")
 	env := fmt.Sprintf(`export KCP_KUBECONFIG=%q
 export SERVICE_KUBECONFIG=%q
@@ -232,6 +242,10 @@ In another shell:
   # the synced object: in kcp, and its copy in the service cluster
   kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s get manageddatabases -n default
   kubectl --kubeconfig $SERVICE_KUBECONFIG get databases -A --show-labels
+
+  # the related Secret: written by the demo's controller in the service cluster, copied into the workspace
+  kubectl --kubeconfig $SERVICE_KUBECONFIG get secret -n %[6]s orders-connection
+  kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s get secret orders-connection -n default -o jsonpath='{.data.host}' | base64 -d
 
   # play the service's controller: set the local status, and watch it appear in kcp
   kubectl --kubeconfig $SERVICE_KUBECONFIG patch database -n %[6]s %[7]s --subresource=status --type=merge \
@@ -277,4 +291,20 @@ func waitLocalDatabase(ctx context.Context, cfg *rest.Config) (*unstructured.Uns
 		return true, ""
 	})
 	return found, err
+}
+
+// waitConnectionSecret waits for the related Secret of default/orders in
+// the consumer workspace.
+func waitConnectionSecret(ctx context.Context, cfg *rest.Config) error {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Secrets("default").Get(ctx, "orders-connection", metav1.GetOptions{})
+		if err != nil {
+			return false, "connection Secret in kcp: " + err.Error()
+		}
+		return true, ""
+	})
 }
