@@ -131,6 +131,7 @@ type watcher struct {
 	res    Resource
 	store  cache.Indexer
 	cancel context.CancelFunc
+	synced atomic.Bool // the initial list is in store
 }
 
 // NewManager returns a manager; nothing runs before Run.
@@ -320,7 +321,7 @@ func (m *Manager) reconcileLocked() {
 		selector := res.Selector.String()
 		lw := watching.ListWatch(dyn.Resource(res.GVR), selector)
 		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
-		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, nil)
+		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { w.synced.Store(true) })
 	}
 	m.reconcileNamespacesLocked()
 	m.reconcileRelatedLocked()

@@ -268,8 +268,10 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	if !known || ref == nil || ref.Origin != ferryv1alpha1.OriginService {
 		return fmt.Errorf("%w: PublishedResource %q has no related entry %q that originates on the service cluster", ErrRefused, pr, id)
 	}
-	if !running {
-		return errors.New("the published resource is not watched yet")
+	if !running || !w.synced.Load() {
+		// Not an answer: after a broker restart the edge re-reports before
+		// the watch has listed the primaries.
+		return errors.New("the published resource is not listed yet")
 	}
 	pk := r.GetRelatedTo().GetPrimary()
 	raw, exists, err := w.store.GetByKey(storeKey(pk))
