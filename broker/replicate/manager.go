@@ -116,6 +116,11 @@ type Manager struct {
 	relAt       map[item]string          // where each kcp-origin reference points
 	relSent     map[item]string          // what was last sent per reference on this stream
 	relNotes    map[item]string          // last Event message per reference
+	// relReports holds the latest report per service-origin reference and
+	// relCopies which reference each copy in kcp belongs to: a copy changed
+	// or deleted in kcp is written again from the report.
+	relReports map[item]*ferryv1.RelatedObjectReport
+	relCopies  map[string]item
 	// applied holds the primaries the edge has applied on this stream
 	// (kcp-origin related objects are sent only after their primary).
 	applied map[item]bool
@@ -153,6 +158,8 @@ func NewManager(o Options) *Manager {
 		relAt:       map[item]string{},
 		relSent:     map[item]string{},
 		relNotes:    map[item]string{},
+		relReports:  map[item]*ferryv1.RelatedObjectReport{},
+		relCopies:   map[string]item{},
 		applied:     map[item]bool{},
 	}
 }

@@ -126,8 +126,12 @@ func relatedObjectKey(gvr schema.GroupVersionResource, storeKey string) string {
 func (m *Manager) relatedObjectChanged(gvr schema.GroupVersionResource, key string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for it := range m.relRefs[relatedObjectKey(gvr, key)] {
+	k := relatedObjectKey(gvr, key)
+	for it := range m.relRefs[k] {
 		m.queue.Add(it)
+	}
+	if it, ok := m.relCopies[k]; ok {
+		m.queue.Add(it) // a copy changed in kcp: written again from the report
 	}
 }
 
@@ -184,6 +188,15 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	applied := m.applied[item{pr: it.pr, key: it.key}]
 	m.mu.Unlock()
 	ref := res.related(it.related)
+	if running && ref != nil && ref.Origin == ferryv1alpha1.OriginService {
+		m.mu.Lock()
+		r := m.relReports[it]
+		m.mu.Unlock()
+		if r == nil {
+			return nil
+		}
+		return m.WriteRelated(ctx, it.pr, r)
+	}
 	if !running || ref == nil || ref.Origin != ferryv1alpha1.OriginKCP || !applied {
 		return nil
 	}
@@ -274,15 +287,21 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		return errors.New("the published resource is not listed yet")
 	}
 	pk := r.GetRelatedTo().GetPrimary()
+	it := item{pr: pr, key: storeKey(pk), related: id}
 	raw, exists, err := w.store.GetByKey(storeKey(pk))
 	if err != nil || !exists {
+		m.mu.Lock()
+		delete(m.relReports, it)
+		m.mu.Unlock()
 		return err // the primary is gone: nothing to write
 	}
 	primary := raw.(*unstructured.Unstructured)
 	if string(primary.GetUID()) != pk.GetUid() || primary.GetDeletionTimestamp() != nil {
 		return nil // another object now, or being deleted (copies go with it)
 	}
-	it := item{pr: pr, key: storeKey(pk), related: id}
+	m.mu.Lock()
+	m.relReports[it] = r
+	m.mu.Unlock()
 	m.mu.Lock()
 	rw := m.relWatchers[ref.Resource]
 	m.mu.Unlock()
@@ -335,8 +354,23 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		return err
 	}
 	ri := client.Resource(ref.Resource).Namespace(ns)
+	m.mu.Lock()
+	m.relCopies[relatedObjectKey(ref.Resource, pk.GetCluster()+"|"+ns+"/"+name)] = it
+	m.mu.Unlock()
 	if existing == nil {
 		_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			// Ours, but not in the watch yet (written moments ago)?
+			got, getErr := ri.Get(ctx, name, metav1.GetOptions{})
+			if getErr != nil {
+				return fmt.Errorf("cannot read %s %s/%s: %w", ref.Kind.Kind, ns, name, getErr)
+			}
+			if l := got.GetLabels(); l[naming.LabelRelatedTo] == pk.GetUid() && l[naming.LabelRelatedIdentifier] == id {
+				existing, err = got, nil
+			}
+		}
+	}
+	if existing == nil {
 		switch {
 		case apierrors.IsAlreadyExists(err):
 			m.note(ctx, it, pk, "Warning", "RelatedConflict", fmt.Sprintf(
@@ -408,6 +442,9 @@ func (m *Manager) deleteCopies(ctx context.Context, gvr schema.GroupVersionResou
 		if c == keep {
 			continue
 		}
+		m.mu.Lock()
+		delete(m.relCopies, relatedObjectKey(gvr, logicalcluster.From(c).String()+"|"+c.GetNamespace()+"/"+c.GetName()))
+		m.mu.Unlock()
 		client, err := m.client(logicalcluster.From(c).String())
 		if err != nil {
 			return err
@@ -443,8 +480,12 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 			return err
 		}
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, r := range res.Related {
-		m.clearNote(item{pr: pr, key: storeKey(key), related: r.Identifier})
+		it := item{pr: pr, key: storeKey(key), related: r.Identifier}
+		delete(m.relNotes, it)
+		delete(m.relReports, it)
 	}
 	return nil
 }

@@ -158,7 +158,29 @@ func (w *reportWorker) run(ctx context.Context) {
 	}
 }
 
+// unknownResourceRetries bounds how long a report waits for its
+// PublishedResource to be synced (about two minutes with the workqueue's
+// exponential backoff) before it is answered with an error.
+const unknownResourceRetries = 15
+
 func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
+	if t.pr == "" {
+		pr, ok := w.mgr.PublishedResourceFor(t.key)
+		if !ok && w.queue.NumRequeues(k) < unknownResourceRetries {
+			w.retry(k, t)
+			return
+		}
+		if !ok {
+			w.log.Info("edge report for a resource this edge does not sync; dropped", "object", replicate.KeyString(t.key))
+			w.queue.Forget(k)
+			w.answer(&ferryv1.ReportResult{ReportId: t.id, Error: &ferryv1.ApplyError{
+				Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED,
+				Message: fmt.Sprintf("%s is not synced by this edge", replicate.KeyString(t.key)),
+			}})
+			return
+		}
+		t.pr = pr
+	}
 	var err error
 	switch {
 	case t.failure != nil:
@@ -188,16 +210,25 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		w.queue.Forget(k)
 	default:
 		w.log.Error(err, "applying an edge report to kcp failed; retrying", "object", replicate.KeyString(t.key))
-		w.mu.Lock()
-		if _, newer := w.latest[k]; !newer {
-			w.latest[k] = t
-		}
-		w.mu.Unlock()
-		w.queue.AddRateLimited(k)
+		w.retry(k, t)
 		return // answered once it succeeds
 	}
+	w.answer(answer)
+}
+
+// retry applies t again later unless a newer report replaced it.
+func (w *reportWorker) retry(k string, t reportTask) {
 	w.mu.Lock()
-	w.answers = append(w.answers, answer)
+	if _, newer := w.latest[k]; !newer {
+		w.latest[k] = t
+	}
+	w.mu.Unlock()
+	w.queue.AddRateLimited(k)
+}
+
+func (w *reportWorker) answer(a *ferryv1.ReportResult) {
+	w.mu.Lock()
+	w.answers = append(w.answers, a)
 	w.mu.Unlock()
 	w.wake()
 }

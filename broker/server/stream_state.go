@@ -69,22 +69,18 @@ func (st *streamState) intentResult(r *ferryv1.IntentResult) {
 		"reason", e.GetReason().String(), "message", e.GetMessage())
 }
 
+// Reports name objects, not PublishedResources; the report worker finds the
+// PublishedResource when it applies them, because right after a (re)connect
+// the edge reports before the broker has processed its Publish messages.
+
 func (st *streamState) statusReport(r *ferryv1.StatusReport) error {
-	pr, ok := st.mgr.PublishedResourceFor(r.GetKey())
-	if !ok {
-		return status.Errorf(codes.InvalidArgument, "status report for %s, which this edge does not sync", replicate.KeyString(r.GetKey()))
-	}
-	st.reports.add(reportTask{id: r.GetReportId(), pr: pr, key: r.GetKey(), status: r.GetStatus()})
+	st.reports.add(reportTask{id: r.GetReportId(), key: r.GetKey(), status: r.GetStatus()})
 	return nil
 }
 
 func (st *streamState) deletionConfirmation(d *ferryv1.DeletionConfirmation) error {
-	pr, ok := st.mgr.PublishedResourceFor(d.GetKey())
-	if !ok {
-		return status.Errorf(codes.InvalidArgument, "deletion confirmation for %s, which this edge does not sync", replicate.KeyString(d.GetKey()))
-	}
 	st.outbox.Forget(d.GetKey())
-	st.reports.add(reportTask{id: d.GetReportId(), pr: pr, key: d.GetKey(), deletion: true})
+	st.reports.add(reportTask{id: d.GetReportId(), key: d.GetKey(), deletion: true})
 	return nil
 }
 
@@ -107,11 +103,9 @@ func (st *streamState) relatedResult(pr string, rt *ferryv1.RelatedTo, e *ferryv
 }
 
 func (st *streamState) relatedObjectReport(r *ferryv1.RelatedObjectReport) error {
-	primary := r.GetRelatedTo().GetPrimary()
-	pr, ok := st.mgr.PublishedResourceFor(primary)
-	if !ok {
-		return status.Errorf(codes.InvalidArgument, "related object report for %s, which this edge does not sync", replicate.KeyString(primary))
+	if r.GetRelatedTo().GetPrimary() == nil {
+		return status.Error(codes.InvalidArgument, "related object report without related_to.primary")
 	}
-	st.reports.add(reportTask{id: r.GetReportId(), pr: pr, key: primary, related: r})
+	st.reports.add(reportTask{id: r.GetReportId(), key: r.GetRelatedTo().GetPrimary(), related: r})
 	return nil
 }

@@ -179,6 +179,38 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 		return string(s.Data["tls.crt"]) == "renewed", fmt.Sprintf("data %q", s.Data)
 	})
 
+	// The service cluster is the source of truth: a copy deleted in kcp comes back.
+	if err := consumer.CoreV1().Secrets("default").Delete(ctx, "web-tls", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the Secret back in kcp", func(ctx context.Context) (bool, string) {
+		s, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return string(s.Data["tls.crt"]) == "renewed", fmt.Sprintf("data %q", s.Data)
+	})
+
+	// A broker restart loses nothing: a change made while it is down arrives.
+	if err := e.broker.Restart(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	s, err = svc.CoreV1().Secrets(local.GetNamespace()).Get(ctx, "local-web-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data["tls.crt"] = []byte("renewed again")
+	if _, err := svc.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the Secret changed during the broker restart in kcp", func(ctx context.Context) (bool, string) {
+		s, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return string(s.Data["tls.crt"]) == "renewed again", fmt.Sprintf("data %q", s.Data)
+	})
+
 	waitEvent(t, consumer, "default", "nosecret", "RelatedUnresolved", `related "tls": reference.name: spec.secretName: path matches nothing`)
 	e.waitLocal(t, "default", "nosecret", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 
