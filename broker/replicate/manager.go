@@ -499,6 +499,7 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		}
 	}
 	m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: upsert}))
+	m.queueServiceRelated(it.pr, it.key)
 	return nil
 }
 

@@ -180,6 +180,19 @@ func (m *Manager) queueRelatedLocked(pr, key string) {
 	}
 }
 
+// queueServiceRelated re-evaluates the service-origin copies of a primary
+// that changed in kcp: its reference may now point elsewhere in kcp.
+func (m *Manager) queueServiceRelated(pr, key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.desired[pr].Related {
+		it := item{pr: pr, key: key, related: r.Identifier}
+		if r.Origin == ferryv1alpha1.OriginService && m.relReports[it] != nil {
+			m.queue.Add(it)
+		}
+	}
+}
+
 // processRelated sends the current state of one kcp-origin related object.
 func (m *Manager) processRelated(ctx context.Context, it item) error {
 	m.mu.Lock()

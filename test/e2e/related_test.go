@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -214,6 +215,19 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 	waitEvent(t, consumer, "default", "nosecret", "RelatedUnresolved", `related "tls": reference.name: spec.secretName: path matches nothing`)
 	e.waitLocal(t, "default", "nosecret", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 
+	// The reference moves: the copy moves with it.
+	patch := []byte(`{"spec":{"secretName":"web-tls-2"}}`)
+	if _, err := e.remote.Namespace("default").Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the copy at the new name, and none at the old one", func(ctx context.Context) (bool, string) {
+		if _, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls-2", metav1.GetOptions{}); err != nil {
+			return false, "new: " + err.Error()
+		}
+		_, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("old: %v", err)
+	})
+
 	// Deleting the primary deletes the copy in kcp before the finalizer goes.
 	if err := e.remote.Namespace("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -221,7 +235,7 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 	e.waitRemote(t, "default", "web", func(_ *unstructured.Unstructured, err error) (bool, string) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	if _, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls-2", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the related copy in kcp outlived its primary: %v", err)
 	}
 }
