@@ -36,6 +36,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/refindex"
 	"github.com/ferry-dev/ferry/pkg/related"
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
@@ -112,10 +113,9 @@ type Manager struct {
 
 	// related objects (related.go)
 	relWatchers map[schema.GroupVersionResource]*relatedWatcher
-	relRefs     map[string]map[item]bool // by related object: kcp-origin references pointing at it
-	relAt       map[item]string          // where each kcp-origin reference points
-	relSent     map[item]string          // what was last sent per reference on this stream
-	relNotes    map[item]string          // last Event message per reference
+	relRefs     *refindex.Index[item] // where each kcp-origin reference points
+	relSent     map[item]string       // what was last sent per reference on this stream
+	relNotes    map[item]string       // last Event message per reference
 	// relReports holds the latest report per service-origin reference and
 	// relCopies which reference each copy in kcp belongs to: a copy changed
 	// or deleted in kcp is written again from the report.
@@ -154,8 +154,7 @@ func NewManager(o Options) *Manager {
 		inventoried: map[string]bool{},
 		paths:       map[string]string{},
 		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
-		relRefs:     map[string]map[item]bool{},
-		relAt:       map[item]string{},
+		relRefs:     refindex.New[item](),
 		relSent:     map[item]string{},
 		relNotes:    map[item]string{},
 		relReports:  map[item]*ferryv1.RelatedObjectReport{},

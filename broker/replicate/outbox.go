@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // Outbox holds the sync intents of one edge session: the latest intent per
@@ -32,28 +33,15 @@ func NewOutbox(window int, wake func()) *Outbox {
 	}
 }
 
-// KeyString is the outbox's map key for an object.
-func KeyString(k *ferryv1.ObjectKey) string {
-	r := k.GetResource()
-	return k.GetCluster() + "|" + r.GetGroup() + "/" + r.GetResource() + "|" + k.GetNamespace() + "|" + k.GetName() + "|" + k.GetUid()
-}
-
-// IntentKey is the outbox's map key for an intent: the object, or for a
-// related object its primary and related[] entry (one slot per reference,
-// whichever object it points at).
-func IntentKey(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo) string {
-	if relatedTo != nil {
-		return "related|" + KeyString(relatedTo.GetPrimary()) + "|" + relatedTo.GetIdentifier()
-	}
-	return KeyString(key)
-}
+// KeyString is the map key of an object (see protocol.ObjectKeyString).
+func KeyString(k *ferryv1.ObjectKey) string { return protocol.ObjectKeyString(k) }
 
 // Put queues intent as the latest for its object. An upsert does not
 // replace a pending or in-flight delete of the same object (a deleting
 // object cannot come back; related objects can). An intent equal in content to the in-flight one
 // is not queued again.
 func (o *Outbox) Put(intent *ferryv1.SyncIntent) {
-	k := IntentKey(intent.GetKey(), intent.GetRelatedTo())
+	k := protocol.IntentKey(intent.GetKey(), intent.GetRelatedTo())
 	o.mu.Lock()
 	if intent.GetUpsert() != nil && intent.GetRelatedTo() == nil {
 		if p, ok := o.pending[k]; ok && p.GetDelete() != nil {
@@ -97,7 +85,7 @@ func (o *Outbox) Next() *ferryv1.SyncIntent {
 // Done records the edge's result for key (and relatedTo) at version and returns the intent
 // it answers, or nil when the result is stale (a newer intent exists).
 func (o *Outbox) Done(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo, version *ferryv1.ObjectVersion) *ferryv1.SyncIntent {
-	k := IntentKey(key, relatedTo)
+	k := protocol.IntentKey(key, relatedTo)
 	o.mu.Lock()
 	f, ok := o.inflight[k]
 	if !ok || f.GetVersion().GetSequence() != version.GetSequence() || f.GetVersion().GetBrokerEpoch() != version.GetBrokerEpoch() {

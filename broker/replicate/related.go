@@ -127,9 +127,7 @@ func (m *Manager) relatedObjectChanged(gvr schema.GroupVersionResource, key stri
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := relatedObjectKey(gvr, key)
-	for it := range m.relRefs[k] {
-		m.queue.Add(it)
-	}
+	m.relRefs.To(k, m.queue.Add)
 	if it, ok := m.relCopies[k]; ok {
 		m.queue.Add(it) // a copy changed in kcp: written again from the report
 	}
@@ -139,32 +137,7 @@ func (m *Manager) relatedSynced(rw *relatedWatcher) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rw.synced = true
-	for it := range m.relAt {
-		m.queue.Add(it)
-	}
-}
-
-// pointLocked records where it's reference points ("" for nowhere).
-func (m *Manager) pointLocked(it item, at string) {
-	old, had := m.relAt[it]
-	if had && old == at {
-		return
-	}
-	if had {
-		delete(m.relRefs[old], it)
-		if len(m.relRefs[old]) == 0 {
-			delete(m.relRefs, old)
-		}
-		delete(m.relAt, it)
-	}
-	if at == "" {
-		return
-	}
-	m.relAt[it] = at
-	if m.relRefs[at] == nil {
-		m.relRefs[at] = map[item]bool{}
-	}
-	m.relRefs[at][it] = true
+	m.relRefs.All(m.queue.Add)
 }
 
 // queueRelatedLocked queues the kcp-origin references of an applied
@@ -216,7 +189,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	raw, exists, err := w.store.GetByKey(it.key)
 	if err != nil || !exists {
 		m.mu.Lock()
-		m.pointLocked(it, "")
+		m.relRefs.Point(it, "")
 		delete(m.relSent, it)
 		delete(m.relNotes, it)
 		m.mu.Unlock()
@@ -230,7 +203,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	ns, name, err := ref.Locate(primary.Object)
 	if err != nil {
 		m.mu.Lock()
-		m.pointLocked(it, "")
+		m.relRefs.Point(it, "")
 		m.mu.Unlock()
 		m.note(ctx, it, primaryKey, "Warning", "RelatedUnresolved", err.Error())
 		return nil
@@ -238,7 +211,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	cluster := logicalcluster.From(primary).String()
 	srcKey := cluster + "|" + ns + "/" + name
 	m.mu.Lock()
-	m.pointLocked(it, relatedObjectKey(ref.Resource, srcKey))
+	m.relRefs.Point(it, relatedObjectKey(ref.Resource, srcKey))
 	rw := m.relWatchers[ref.Resource]
 	m.mu.Unlock()
 	if rw == nil || !rw.synced {
@@ -348,7 +321,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	desired.SetKind(ref.Kind.Kind)
 	desired.SetNamespace(ns)
 	desired.SetName(name)
-	desired.SetLabels(merge(desired.GetLabels(), map[string]string{naming.LabelRelatedTo: pk.GetUid(), naming.LabelRelatedIdentifier: id}))
+	desired.SetLabels(objects.MergeStrings(desired.GetLabels(), map[string]string{naming.LabelRelatedTo: pk.GetUid(), naming.LabelRelatedIdentifier: id}))
 	desired.SetOwnerReferences([]metav1.OwnerReference{{
 		APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
 	}})
@@ -405,8 +378,8 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		return nil
 	}
 	// kcp's own labels and annotations (e.g. its claim label) stay.
-	desired.SetLabels(merge(kcpInternal(existing.GetLabels()), desired.GetLabels()))
-	desired.SetAnnotations(merge(kcpInternal(existing.GetAnnotations()), desired.GetAnnotations()))
+	desired.SetLabels(objects.MergeStrings(kcpInternal(existing.GetLabels()), desired.GetLabels()))
+	desired.SetAnnotations(objects.MergeStrings(kcpInternal(existing.GetAnnotations()), desired.GetAnnotations()))
 	desired.SetResourceVersion(existing.GetResourceVersion())
 	desired.SetUID(existing.GetUID())
 	if _, err := ri.Update(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
@@ -522,17 +495,6 @@ func (m *Manager) clearNote(it item) {
 	m.mu.Lock()
 	delete(m.relNotes, it)
 	m.mu.Unlock()
-}
-
-func merge(a, b map[string]string) map[string]string {
-	out := make(map[string]string, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
 }
 
 // kcpInternal returns the kcp-owned entries of m.

@@ -36,6 +36,8 @@ import (
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/refindex"
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
@@ -73,9 +75,8 @@ type Engine struct {
 	namespaces map[string]bool
 	// related objects (related.go)
 	relWatches map[schema.GroupVersionResource]*relatedWatch
-	relRefs    map[string]map[relKey]bool // by local related object: the references pointing at it
-	relAt      map[relKey]string          // where each reference points
-	relSum     map[relKey][32]byte        // last report per reference
+	relRefs    *refindex.Index[relKey] // which local related object each reference points at
+	relSum     map[relKey][32]byte     // last report per reference
 }
 
 type localWatch struct {
@@ -98,8 +99,7 @@ func NewEngine(o Options) *Engine {
 		statusSum:  map[string][32]byte{},
 		namespaces: map[string]bool{},
 		relWatches: map[schema.GroupVersionResource]*relatedWatch{},
-		relRefs:    map[string]map[relKey]bool{},
-		relAt:      map[relKey]string{},
+		relRefs:    refindex.New[relKey](),
 		relSum:     map[relKey][32]byte{},
 	}
 }
@@ -239,7 +239,7 @@ func remoteIndexKey(remote naming.Remote) string {
 
 // Handle takes a sync intent from the broker (latest wins per object).
 func (e *Engine) Handle(in *ferryv1.SyncIntent) {
-	k := intentKey(in)
+	k := protocol.IntentKey(in.GetKey(), in.GetRelatedTo())
 	e.mu.Lock()
 	e.latest[k] = in
 	e.mu.Unlock()
@@ -347,11 +347,6 @@ func (e *Engine) ready(in *ferryv1.SyncIntent) bool {
 	return w.synced
 }
 
-func keyString(k *ferryv1.ObjectKey) string {
-	r := k.GetResource()
-	return k.GetCluster() + "|" + r.GetGroup() + "/" + r.GetResource() + "|" + k.GetNamespace() + "|" + k.GetName() + "|" + k.GetUid()
-}
-
 func nack(in *ferryv1.SyncIntent, reason ferryv1.ApplyErrorReason, retryable bool, format string, args ...any) *ferryv1.IntentResult {
 	return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), Error: &ferryv1.ApplyError{
 		Reason: reason, Message: fmt.Sprintf(format, args...), Retryable: retryable,
@@ -403,8 +398,8 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	// Identity and bookkeeping are set after mutations, which cannot change them.
 	local.SetNamespace(ns)
 	local.SetName(name)
-	local.SetLabels(merge(local.GetLabels(), naming.Labels(e.opts.Agent, remote)))
-	ann := merge(local.GetAnnotations(), naming.Annotations(remote))
+	local.SetLabels(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)))
+	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote))
 	ann[naming.AnnotationResourceVersion] = in.GetVersion().GetResourceVersion()
 	local.SetAnnotations(ann)
 
@@ -421,7 +416,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 }
 
 func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWatch, existing *unstructured.Unstructured) *ferryv1.IntentResult {
-	k := keyString(in.GetKey())
+	k := protocol.ObjectKeyString(in.GetKey())
 	if existing == nil {
 		e.mu.Lock()
 		e.confirmLocked(in)
@@ -530,7 +525,7 @@ func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
 		return
 	}
 	key := remoteKey(w.pub, remote)
-	k := keyString(key)
+	k := protocol.ObjectKeyString(key)
 	sum := sha256.Sum256(data)
 	if prev, ok := e.statusSum[k]; ok && prev == sum {
 		return
@@ -555,7 +550,7 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 	if !ok {
 		return
 	}
-	k := keyString(remoteKey(w.pub, remote))
+	k := protocol.ObjectKeyString(remoteKey(w.pub, remote))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.statusSum, k)
@@ -585,17 +580,6 @@ func classify(err error) ferryv1.ApplyErrorReason {
 	default:
 		return ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE
 	}
-}
-
-func merge(a, b map[string]string) map[string]string {
-	out := make(map[string]string, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
 }
 
 func nsName(ns, name string) string {

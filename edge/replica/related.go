@@ -164,18 +164,18 @@ func (e *Engine) relatedChanged(rw *relatedWatch, obj any) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for rk := range e.relRefs[gvrKey(rw.gvr, u.GetNamespace(), u.GetName())] {
+	e.relRefs.To(gvrKey(rw.gvr, u.GetNamespace(), u.GetName()), func(rk relKey) {
 		w, ok := e.watches[rk.pub]
 		if !ok {
-			continue
+			return
 		}
 		ref := w.pub.related(rk.id)
 		primary, exists, err := w.store.GetByKey(rk.primary)
 		if ref == nil || err != nil || !exists {
-			continue
+			return
 		}
 		e.reportRelatedRefLocked(w, primary.(*unstructured.Unstructured), ref)
-	}
+	})
 }
 
 // reportRelatedLocked reports the service-origin related objects of one
@@ -228,7 +228,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 			report.State = &ferryv1.RelatedObjectReport_Gone{Gone: &ferryv1.RelatedObjectGone{}}
 		}
 	}
-	e.pointLocked(rk, at)
+	e.relRefs.Point(rk, at)
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(report)
 	if err != nil {
 		return
@@ -243,35 +243,11 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: report}})
 }
 
-// pointLocked records that rk now points at the local object at ("" for
-// nothing), so changes of that object re-report rk.
-func (e *Engine) pointLocked(rk relKey, at string) {
-	old, had := e.relAt[rk]
-	if had && old == at {
-		return
-	}
-	if had {
-		delete(e.relRefs[old], rk)
-		if len(e.relRefs[old]) == 0 {
-			delete(e.relRefs, old)
-		}
-		delete(e.relAt, rk)
-	}
-	if at == "" {
-		return
-	}
-	e.relAt[rk] = at
-	if e.relRefs[at] == nil {
-		e.relRefs[at] = map[relKey]bool{}
-	}
-	e.relRefs[at][rk] = true
-}
-
 // forgetRelatedLocked drops the references of a local primary that is gone.
 func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstructured) {
 	for _, ref := range w.pub.Related {
 		rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
-		e.pointLocked(rk, "")
+		e.relRefs.Point(rk, "")
 		delete(e.relSum, rk)
 	}
 }
@@ -283,15 +259,6 @@ func cacheKeyOf(ns, name string) string {
 		return name
 	}
 	return ns + "/" + name
-}
-
-// intentKey keys intents in the engine: related intents per primary and
-// entry, others per object.
-func intentKey(in *ferryv1.SyncIntent) string {
-	if rt := in.GetRelatedTo(); rt != nil {
-		return "related|" + keyString(rt.GetPrimary()) + "|" + rt.GetIdentifier()
-	}
-	return keyString(in.GetKey())
 }
 
 // relatedReady tells whether a related intent can be applied: the primary's
@@ -377,11 +344,11 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 	local.SetKind(ref.Kind.Kind)
 	local.SetNamespace(ns)
 	local.SetName(name)
-	local.SetLabels(merge(local.GetLabels(), map[string]string{
+	local.SetLabels(objects.MergeStrings(local.GetLabels(), map[string]string{
 		naming.LabelAgent: e.opts.Agent, naming.LabelRelatedTo: pk.GetUid(), naming.LabelRelatedIdentifier: ref.Identifier,
 	}))
 	key := in.GetKey()
-	ann := merge(local.GetAnnotations(), naming.Annotations(naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}))
+	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}))
 	ann[naming.AnnotationResourceVersion] = rv
 	local.SetAnnotations(ann)
 	if err := e.ensureNamespace(ctx, ns); err != nil {

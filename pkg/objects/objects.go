@@ -5,6 +5,7 @@
 package objects
 
 import (
+	"maps"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -122,4 +123,13 @@ func withoutBookkeeping(m map[string]string) map[string]string {
 		return nil
 	}
 	return m
+}
+
+// MergeStrings returns a new map with a's entries overwritten by b's (label
+// and annotation sets).
+func MergeStrings(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
+	return out
 }

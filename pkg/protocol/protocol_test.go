@@ -102,3 +102,19 @@ func TestValidateEdgeHello(t *testing.T) {
 		})
 	}
 }
+
+func TestIntentKeys(t *testing.T) {
+	obj := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"}, Namespace: "ns", Name: "n", Uid: "u"}
+	if got := ObjectKeyString(obj); got != "c|g/things|ns|n|u" {
+		t.Errorf("ObjectKeyString = %q", got)
+	}
+	if IntentKey(obj, nil) != ObjectKeyString(obj) {
+		t.Error("a primary's intent key is not its object key")
+	}
+	secret := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Version: "v1", Resource: "secrets"}, Namespace: "ns", Name: "s"}
+	a := IntentKey(secret, &ferryv1.RelatedTo{Primary: obj, Identifier: "creds"})
+	b := IntentKey(&ferryv1.ObjectKey{Name: "elsewhere"}, &ferryv1.RelatedTo{Primary: obj, Identifier: "creds"})
+	if a != b || a == IntentKey(secret, &ferryv1.RelatedTo{Primary: obj, Identifier: "config"}) || a == IntentKey(obj, nil) {
+		t.Errorf("related intent keys must be one per primary and entry: %q %q", a, b)
+	}
+}
