@@ -15,25 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/test/framework"
 )
-
-// consumerKube is a Kubernetes client for the env's consumer workspace.
-func (e *syncEnv) consumerKube(t *testing.T) kubernetes.Interface {
-	t.Helper()
-	cfg := rest.CopyConfig(env.kcp.Config)
-	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
-	cfg.Host = base + "/clusters/" + e.consumer.String()
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 func serviceKube(t *testing.T) kubernetes.Interface {
 	t.Helper()
@@ -82,6 +68,21 @@ func waitFor(t *testing.T, what string, check func(ctx context.Context) (bool, s
 	if err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, check); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// waitSecretData waits until the Secret ns/name holds want under key.
+func waitSecretData(t *testing.T, kube kubernetes.Interface, ns, name, key, want string) *corev1.Secret {
+	t.Helper()
+	var got *corev1.Secret
+	waitFor(t, fmt.Sprintf("Secret %s/%s with %s=%q", ns, name, key, want), func(ctx context.Context) (bool, string) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = s
+		return string(s.Data[key]) == want, fmt.Sprintf("data %q", s.Data)
+	})
+	return got
 }
 
 // waitEvent waits for an Event with reason on the kcp object name whose
@@ -139,15 +140,7 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	// The copy appears in kcp under the kcp-side name.
-	var copyInKCP *corev1.Secret
-	waitFor(t, "the Secret in kcp", func(ctx context.Context) (bool, string) {
-		s, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		copyInKCP = s
-		return string(s.Data["tls.crt"]) == "cert for "+local.GetName(), fmt.Sprintf("data %q", s.Data)
-	})
+	copyInKCP := waitSecretData(t, consumer, "default", "web-tls", "tls.crt", "cert for "+local.GetName())
 	if got := copyInKCP.Labels[naming.LabelRelatedTo]; got != string(web.GetUID()) {
 		t.Errorf("label %s = %q, want the primary's UID %s", naming.LabelRelatedTo, got, web.GetUID())
 	}
@@ -172,25 +165,13 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 	if _, err := svc.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the renewed Secret in kcp", func(ctx context.Context) (bool, string) {
-		s, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return string(s.Data["tls.crt"]) == "renewed", fmt.Sprintf("data %q", s.Data)
-	})
+	waitSecretData(t, consumer, "default", "web-tls", "tls.crt", "renewed")
 
 	// The service cluster is the source of truth: a copy deleted in kcp comes back.
 	if err := consumer.CoreV1().Secrets("default").Delete(ctx, "web-tls", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the Secret back in kcp", func(ctx context.Context) (bool, string) {
-		s, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return string(s.Data["tls.crt"]) == "renewed", fmt.Sprintf("data %q", s.Data)
-	})
+	waitSecretData(t, consumer, "default", "web-tls", "tls.crt", "renewed")
 
 	// A broker restart loses nothing: a change made while it is down arrives.
 	if err := e.broker.Restart(ctx, true); err != nil {
@@ -204,16 +185,22 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 	if _, err := svc.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the Secret changed during the broker restart in kcp", func(ctx context.Context) (bool, string) {
-		s, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return string(s.Data["tls.crt"]) == "renewed again", fmt.Sprintf("data %q", s.Data)
-	})
+	waitSecretData(t, consumer, "default", "web-tls", "tls.crt", "renewed again")
 
 	waitEvent(t, consumer, "default", "nosecret", "RelatedUnresolved", `related "tls": reference.name: spec.secretName: path matches nothing`)
 	e.waitLocal(t, "default", "nosecret", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+
+	// A Secret the consumer made is never overwritten: the kcp user is told.
+	if _, err := consumer.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken"}, Data: map[string][]byte{"tls.crt": []byte("the consumer's own")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createRemote(t, "default", "clash", map[string]any{"secretName": "taken"})
+	waitEvent(t, consumer, "default", "clash", "RelatedConflict", "Secret default/taken already exists in this workspace and was not created by ferry")
+	if s, err := consumer.CoreV1().Secrets("default").Get(ctx, "taken", metav1.GetOptions{}); err != nil || string(s.Data["tls.crt"]) != "the consumer's own" {
+		t.Errorf("the consumer's Secret was touched: %v %q", err, s.Data)
+	}
 
 	// The reference moves: the copy moves with it.
 	patch := []byte(`{"spec":{"secretName":"web-tls-2"}}`)
@@ -305,13 +292,7 @@ func TestRelatedObjectsFromKCP(t *testing.T) {
 	if _, err := consumer.CoreV1().Secrets("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the updated Secret in the service cluster", func(ctx context.Context) (bool, string) {
-		s, err := svc.CoreV1().Secrets(local.GetNamespace()).Get(ctx, "creds", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return string(s.Data["password"]) == "correct horse", fmt.Sprintf("data %q", s.Data)
-	})
+	waitSecretData(t, svc, local.GetNamespace(), "creds", "password", "correct horse")
 
 	// Deleting the primary removes the related copies, then the finalizer.
 	if err := e.remote.Namespace("default").Delete(ctx, "nightly", metav1.DeleteOptions{}); err != nil {

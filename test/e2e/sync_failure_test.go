@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/ferry-dev/ferry/test/framework"
 )
@@ -71,13 +70,7 @@ func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
 	e.createRemote(t, "default", "bad", map[string]any{"fieldV1": "forbidden"})
 
 	// The kcp user sees why.
-	cfg := rest.CopyConfig(env.kcp.Config)
-	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
-	cfg.Host = base + "/clusters/" + e.consumer.String()
-	consumerKube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	consumerKube := e.consumerKube(t)
 	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		events, err := consumerKube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
 		if err != nil {

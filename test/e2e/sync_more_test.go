@@ -9,8 +9,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -141,13 +139,7 @@ func TestSyncNamespaceFilter(t *testing.T) {
 	e := newSyncEnv(t, "nsfilter.example.com", "Ticket", "tickets", func(s *ferryv1alpha1.PublishedResourceSpec) {
 		s.Filter = &ferryv1alpha1.ResourceFilter{Namespace: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}
 	})
-	cfg := rest.CopyConfig(env.kcp.Config)
-	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
-	cfg.Host = base + "/clusters/" + e.consumer.String()
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := e.consumerKube(t)
 	for name, labels := range map[string]map[string]string{"prod": {"env": "prod"}, "dev": nil} {
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

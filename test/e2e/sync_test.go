@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -115,14 +116,29 @@ func (e *syncEnv) useConsumer(t *testing.T, consumer logicalcluster.Path) {
 		t.Fatal(err)
 	}
 	e.consumer, e.consumerLC = consumer, logicalcluster.From(lc).String()
-	cfg := rest.CopyConfig(env.kcp.Config)
-	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
-	cfg.Host = base + "/clusters/" + consumer.String()
-	kcpDyn, err := dynamic.NewForConfig(cfg)
+	kcpDyn, err := dynamic.NewForConfig(e.consumerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.remote = kcpDyn.Resource(e.remoteGVR)
+}
+
+// consumerConfig is the kcp admin config pointed at the consumer workspace.
+func (e *syncEnv) consumerConfig() *rest.Config {
+	cfg := rest.CopyConfig(env.kcp.Config)
+	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
+	cfg.Host = base + "/clusters/" + e.consumer.String()
+	return cfg
+}
+
+// consumerKube is a Kubernetes client for the consumer workspace.
+func (e *syncEnv) consumerKube(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(e.consumerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func (e *syncEnv) createRemote(t *testing.T, ns, name string, spec map[string]any, labels ...string) *unstructured.Unstructured {
