@@ -1,15 +1,17 @@
-package server
+package engine
 
 import (
 	"context"
 	"sync"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/publish"
+	"github.com/ferry-dev/ferry/broker/replicate"
 )
 
 // PublishApplier applies one Publish to kcp. Implemented by
@@ -19,37 +21,44 @@ type PublishApplier interface {
 	Apply(ctx context.Context, export config.APIExportRef, owners publish.Owners, msg *ferryv1.Publish) (*ferryv1.PublishResult, error)
 }
 
-// publishWorker applies one session's Publish and Unpublish messages off the
+// publishWorker applies the edge's Publish and Unpublish messages off the
 // stream loop, so slow kcp calls never delay heartbeats. Per
 // PublishedResource only the latest message counts; kcp failures are retried
-// with the workqueue's rate limiter.
+// with the workqueue's rate limiter. A Publish equal to the one last applied
+// (every stream re-sends them) is answered from memory, without kcp.
 type publishWorker struct {
 	applier PublishApplier
 	export  config.APIExportRef
 	owners  publish.Owners // only touched by run's goroutine
-	results chan<- *ferryv1.PublishResult
+	results func(*ferryv1.PublishResult)
 	log     logr.Logger
-	// onPublished and onWithdrawn tell the session's sync what to watch.
-	onPublished func(msg *ferryv1.Publish, res *ferryv1.PublishResult)
-	onWithdrawn func(name string)
+	mgr     *replicate.Manager
+	// done holds, per PublishedResource, the last Publish applied and its
+	// result (only run's goroutine touches it).
+	done map[string]applied
 
 	mu     sync.Mutex
 	latest map[string]*ferryv1.ConnectRequest
 	queue  workqueue.TypedRateLimitingInterface[string]
 }
 
-func newPublishWorker(applier PublishApplier, export config.APIExportRef, results chan<- *ferryv1.PublishResult, log logr.Logger,
-	onPublished func(*ferryv1.Publish, *ferryv1.PublishResult), onWithdrawn func(string),
+type applied struct {
+	msg *ferryv1.Publish
+	res *ferryv1.PublishResult
+}
+
+func newPublishWorker(applier PublishApplier, export config.APIExportRef, results func(*ferryv1.PublishResult), log logr.Logger,
+	mgr *replicate.Manager,
 ) *publishWorker {
 	return &publishWorker{
-		onPublished: onPublished,
-		onWithdrawn: onWithdrawn,
-		applier:     applier,
-		export:      export,
-		owners:      publish.Owners{},
-		results:     results,
-		log:         log,
-		latest:      map[string]*ferryv1.ConnectRequest{},
+		mgr:     mgr,
+		applier: applier,
+		export:  export,
+		owners:  publish.Owners{},
+		results: results,
+		log:     log,
+		done:    map[string]applied{},
+		latest:  map[string]*ferryv1.ConnectRequest{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "publish"}),
 	}
@@ -88,10 +97,16 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 	switch m := msg.GetMessage().(type) {
 	case *ferryv1.ConnectRequest_Unpublish:
 		publish.Forget(w.owners, name)
-		w.onWithdrawn(name)
+		delete(w.done, name)
+		w.mgr.Remove(name)
 		w.queue.Forget(name)
 		w.log.Info("PublishedResource withdrawn; its schema stays in the APIExport", "publishedResource", name)
 	case *ferryv1.ConnectRequest_Publish:
+		if d, ok := w.done[name]; ok && proto.Equal(d.msg, m.Publish) {
+			w.queue.Forget(name)
+			w.results(d.res) // unchanged since it was applied: nothing to do in kcp
+			return
+		}
 		res, err := w.applier.Apply(ctx, w.export, w.owners, m.Publish)
 		if err != nil {
 			w.log.Error(err, "publishing failed; retrying", "publishedResource", name)
@@ -107,18 +122,29 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			}
 		} else {
 			w.queue.Forget(name)
+			w.done[name] = applied{msg: m.Publish, res: res}
 			w.log.Info("publish applied", "publishedResource", name, "revision", res.GetRevision(),
 				"state", res.GetState().String(), "reason", res.GetReason(), "schema", res.GetResourceSchemaName())
 			switch res.GetState() {
 			case ferryv1.PublishState_PUBLISH_STATE_PUBLISHED:
-				w.onPublished(m.Publish, res)
+				w.published(m.Publish, res)
 			case ferryv1.PublishState_PUBLISH_STATE_FAILED:
-				w.onWithdrawn(name)
+				w.mgr.Remove(name)
 			}
 		}
-		select {
-		case w.results <- res:
-		case <-ctx.Done():
-		}
+		w.results(res)
+	}
+}
+
+// published starts (or updates) syncing a published resource's objects.
+func (w *publishWorker) published(msg *ferryv1.Publish, res *ferryv1.PublishResult) {
+	r, ok, err := syncedResource(msg, res)
+	switch {
+	case err != nil:
+		w.log.Error(err, "cannot sync published resource", "publishedResource", msg.GetPublishedResource())
+	case ok:
+		w.mgr.Ensure(r)
+	default:
+		w.mgr.Remove(msg.GetPublishedResource())
 	}
 }

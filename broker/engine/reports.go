@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -15,11 +15,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/replicate"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
+	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // syncedResource derives what to sync from a successful publish; ok is false
@@ -76,30 +79,31 @@ type reportTask struct {
 	id       uint64
 	pr       string
 	key      *ferryv1.ObjectKey
-	status   []byte                       // status report when set
+	status   *ferryv1.StatusReport        // status report when set
 	deletion bool                         // deletion confirmation
 	related  *ferryv1.RelatedObjectReport // related object report when set
 	failure  *ferryv1.ApplyError          // a nack to record as an Event (not answered)
 }
 
-// reportWorker applies the edge's status reports and deletion
-// confirmations to kcp off the stream loop. Per object and kind only the
-// latest report is applied (status reports coalesce); kcp failures are
-// retried with the workqueue's rate limiter; each report is answered.
+// reportWorker applies the edge's status reports, related object reports
+// and deletion confirmations to kcp off the stream loop. Per object and kind
+// only the latest report is applied (an older one is answered at once);
+// transient kcp failures are retried with the workqueue's rate limiter,
+// permanent ones are answered with a final error; each report is answered
+// exactly once, through send (the attached stream's control lane).
 type reportWorker struct {
 	mgr  *replicate.Manager
-	wake func()
+	send func(*ferryv1.ConnectResponse)
 	log  logr.Logger
 
-	mu      sync.Mutex
-	latest  map[string]reportTask
-	answers []*ferryv1.ReportResult
-	queue   workqueue.TypedRateLimitingInterface[string]
+	mu     sync.Mutex
+	latest map[string]reportTask
+	queue  workqueue.TypedRateLimitingInterface[string]
 }
 
-func newReportWorker(mgr *replicate.Manager, wake func(), log logr.Logger) *reportWorker {
+func newReportWorker(mgr *replicate.Manager, send func(*ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
 	return &reportWorker{
-		mgr: mgr, wake: wake, log: log,
+		mgr: mgr, send: send, log: log,
 		latest: map[string]reportTask{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"}),
@@ -119,33 +123,23 @@ func (w *reportWorker) add(t reportTask) {
 		k = "status|" + k
 	}
 	w.mu.Lock()
-	if old, ok := w.latest[k]; ok && old.failure == nil {
-		// Superseded: answer the older report right away.
-		w.answers = append(w.answers, &ferryv1.ReportResult{ReportId: old.id})
-	}
+	old, superseded := w.latest[k]
 	w.latest[k] = t
 	w.mu.Unlock()
+	if superseded && old.failure == nil && old.id != t.id {
+		// Superseded: answer the older report right away.
+		w.answer(&ferryv1.ReportResult{ReportId: old.id})
+	}
 	w.queue.Add(k)
 }
 
-// take returns the answers ready to send.
-func (w *reportWorker) take() []*ferryv1.ReportResult {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := w.answers
-	w.answers = nil
-	return out
-}
-
-func (w *reportWorker) run(ctx context.Context) {
-	go func() {
-		<-ctx.Done()
-		w.queue.ShutDown()
-	}()
-	for {
+// run applies reports with workers goroutines until ctx ends. The
+// workqueue never hands one key to two workers at once.
+func (w *reportWorker) run(ctx context.Context, workers int) {
+	watching.RunWorkers(ctx, w.queue, workers, func() bool {
 		k, shutdown := w.queue.Get()
 		if shutdown {
-			return
+			return false
 		}
 		w.mu.Lock()
 		t, ok := w.latest[k]
@@ -155,7 +149,8 @@ func (w *reportWorker) run(ctx context.Context) {
 			w.apply(ctx, k, t)
 		}
 		w.queue.Done(k)
-	}
+		return true
+	})
 }
 
 // unknownResourceRetries bounds how long a report waits for its
@@ -185,7 +180,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	switch {
 	case t.failure != nil:
 		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure); err != nil {
-			// Best effort: the failure is logged and retried by itself.
+			// Best effort: the failure is logged; the next one is recorded.
 			w.log.Error(err, "cannot record a sync failure as an Event in kcp", "object", replicate.KeyString(t.key))
 		}
 		w.queue.Forget(k)
@@ -193,27 +188,47 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	case t.deletion:
 		err = w.mgr.Release(ctx, t.pr, t.key)
 	case t.related != nil:
-		err = w.mgr.WriteRelated(ctx, t.pr, t.related)
+		if e := t.related.GetError(); e != nil {
+			err = w.mgr.RecordFailure(ctx, t.pr, t.key, e)
+		} else {
+			err = w.mgr.WriteRelated(ctx, t.pr, t.related)
+		}
+	case t.status.GetError() != nil:
+		err = w.mgr.RecordFailure(ctx, t.pr, t.key, &ferryv1.ApplyError{
+			Reason: t.status.GetError().GetReason(), Message: "status not synced back: " + t.status.GetError().GetMessage(),
+		})
 	default:
-		err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status)
+		_, err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status.GetStatus())
 	}
 	answer := &ferryv1.ReportResult{ReportId: t.id}
 	switch {
 	case err == nil:
 		w.queue.Forget(k)
-	case errors.Is(err, replicate.ErrRefused):
-		w.log.Info("edge report refused", "object", replicate.KeyString(t.key), "error", err.Error())
-		answer.Error = &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: err.Error()}
-		w.queue.Forget(k)
-	case errors.Is(err, replicate.ErrNoStatus):
+	case Permanent(err):
+		w.log.Info("edge report not applied (final)", "object", replicate.KeyString(t.key), "error", err.Error())
 		answer.Error = &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: err.Error()}
 		w.queue.Forget(k)
 	default:
 		w.log.Error(err, "applying an edge report to kcp failed; retrying", "object", replicate.KeyString(t.key))
 		w.retry(k, t)
-		return // answered once it succeeds
+		return // answered once it succeeds or fails for good
 	}
 	w.answer(answer)
+}
+
+// Permanent tells whether a kcp write failed for a reason retrying cannot
+// fix: the object is gone or was replaced (a failed UID precondition), the
+// write is invalid or forbidden, or the broker refuses the report.
+func Permanent(err error) bool {
+	switch {
+	case errors.Is(err, replicate.ErrRefused), errors.Is(err, replicate.ErrNoStatus), errors.Is(err, replicate.ErrGone),
+		errors.Is(err, replicate.ErrNotDeleting):
+		return true
+	case apierrors.IsNotFound(err), apierrors.IsGone(err), apierrors.IsInvalid(err), apierrors.IsBadRequest(err),
+		apierrors.IsForbidden(err), apierrors.IsMethodNotSupported(err), apierrors.IsRequestEntityTooLargeError(err):
+		return true
+	}
+	return false
 }
 
 // retry applies t again later unless a newer report replaced it.
@@ -227,8 +242,5 @@ func (w *reportWorker) retry(k string, t reportTask) {
 }
 
 func (w *reportWorker) answer(a *ferryv1.ReportResult) {
-	w.mu.Lock()
-	w.answers = append(w.answers, a)
-	w.mu.Unlock()
-	w.wake()
+	w.send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: a}})
 }

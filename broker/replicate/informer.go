@@ -75,3 +75,8 @@ func runInformer(ctx context.Context, lw cache.ListerWatcher, store cache.Indexe
 func newStore() cache.Indexer {
 	return cache.NewIndexer(clusterKey, cache.Indexers{})
 }
+
+// clusterKeyOf is clusterKey of an object known to have metadata.
+func clusterKeyOf(obj *unstructured.Unstructured) string {
+	return logicalcluster.From(obj).String() + "|" + obj.GetNamespace() + "/" + obj.GetName()
+}

@@ -1,9 +1,13 @@
-// Package replicate is the broker's half of object sync for one edge
-// session: for every published resource it watches the APIExport's virtual
-// workspace across all bound workspaces (…/clusters/*), puts the broker's
-// finalizer on each object, turns every object state into a sync intent in
-// the session's Outbox, and applies what the edge reports back (status,
-// deletion confirmations) to the objects in kcp.
+// Package replicate is the broker's half of object sync for one APIExport:
+// for every published resource it watches the APIExport's virtual workspace
+// across all bound workspaces (…/clusters/*), puts the broker's finalizer on
+// each object, turns every object state into a sync intent in the export's
+// Intents outbox, and applies what the edge reports back (status, deletion
+// confirmations) to the objects in kcp.
+//
+// A Manager outlives the edge's streams: its caches, the outbox and what the
+// edge is known to have applied (content hashes) stay when a stream ends, so
+// a reconnect costs an inventory comparison, not a re-list from kcp.
 //
 // Watches start when the virtual workspace URL is known and the resource is
 // published, and stop when it is withdrawn — no restart needed.
@@ -11,9 +15,12 @@ package replicate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -26,8 +33,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -68,14 +77,13 @@ type Options struct {
 	KCP *rest.Config
 	// Agent is the edge's agent name; the finalizer is "ferry.dev/<agent>".
 	Agent string
-	// Epoch is the broker epoch stamped on intent versions.
-	Epoch uint64
 	// Outbox receives the intents.
-	Outbox *Outbox
+	Outbox *Intents
 	// Log receives logs.
 	Log logr.Logger
-	// InventoryGate, when positive, holds each resource's upserts until the
-	// edge's inventory for it is complete, or for at most this long.
+	// InventoryGate, when positive, holds each resource's intents after a
+	// stream attaches until the edge's inventory for it is complete, or for
+	// at most this long.
 	InventoryGate time.Duration
 }
 
@@ -83,8 +91,9 @@ type Options struct {
 type Manager struct {
 	opts      Options
 	finalizer string
-	seq       atomic.Uint64
-	queue     workqueue.TypedRateLimitingInterface[item]
+	// lists counts the initial lists (and re-lists) made in kcp.
+	lists atomic.Uint64
+	queue workqueue.TypedRateLimitingInterface[item]
 	// nacks spaces out retries of intents the edge could not apply.
 	nacks workqueue.TypedRateLimiter[item]
 
@@ -97,13 +106,22 @@ type Manager struct {
 	// open tells, per PublishedResource, whether its upserts may be sent
 	// (inventory complete, or gating off or timed out).
 	open map[string]bool
-	// inventory holds, per PublishedResource and object, the kcp
-	// resourceVersion and uid the edge reported as applied.
-	inventory map[string]map[string]inventoryEntry
+	// inventory collects, per PublishedResource, the chunks of the current
+	// stream's inventory: object → applied content hash.
+	inventory map[string]map[string]string
 	// inventoried records PublishedResources whose inventory was complete on
-	// this stream: the edge sends it once, so a later re-Ensure must not
-	// wait for it again.
+	// the current stream: the edge sends it once, so a later re-Ensure must
+	// not wait for it again.
 	inventoried map[string]bool
+	// attached tells whether an edge stream is attached; gates close on
+	// every attach.
+	attached bool
+	// appliedHash holds, per primary object, the content hash the edge is
+	// known to have applied (from its inventory or an ack); it outlives
+	// streams. sentHash holds the hash (or "delete") last queued, so an
+	// unchanged state is not queued twice.
+	appliedHash map[item]string
+	sentHash    map[item]string
 	// paths caches workspace paths by logical cluster (they never change).
 	paths map[string]string
 	// namespaces holds the consumer workspaces' namespaces while any
@@ -121,12 +139,7 @@ type Manager struct {
 	// or deleted in kcp is written again from the report.
 	relReports map[item]*ferryv1.RelatedObjectReport
 	relCopies  map[string]item
-	// applied holds the primaries the edge has applied on this stream
-	// (kcp-origin related objects are sent only after their primary).
-	applied map[item]bool
 }
-
-type inventoryEntry struct{ rv, uid string }
 
 // item is a primary object (related empty) or one of its related[]
 // references.
@@ -150,7 +163,9 @@ func NewManager(o Options) *Manager {
 		running:     map[string]*watcher{},
 		clients:     map[string]dynamic.Interface{},
 		open:        map[string]bool{},
-		inventory:   map[string]map[string]inventoryEntry{},
+		inventory:   map[string]map[string]string{},
+		appliedHash: map[item]string{},
+		sentHash:    map[item]string{},
 		inventoried: map[string]bool{},
 		paths:       map[string]string{},
 		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
@@ -159,7 +174,6 @@ func NewManager(o Options) *Manager {
 		relNotes:    map[item]string{},
 		relReports:  map[item]*ferryv1.RelatedObjectReport{},
 		relCopies:   map[string]item{},
-		applied:     map[item]bool{},
 	}
 }
 
@@ -206,7 +220,7 @@ func (m *Manager) Ensure(res Resource) {
 	m.desired[res.PublishedResource] = res
 	m.reconcileLocked()
 	// The related[] entries may have changed: re-evaluate them.
-	for it := range m.applied {
+	for it := range m.appliedHash {
 		if it.pr == res.PublishedResource {
 			m.queueRelatedLocked(it.pr, it.key)
 		}
@@ -226,21 +240,67 @@ func sameResource(a, b Resource) bool {
 }
 
 // gateLocked closes pr's gate until its inventory is complete or the gate
-// times out.
+// times out (the timer ends with the manager's context).
 func (m *Manager) gateLocked(pr string) {
-	if m.opts.InventoryGate <= 0 || m.inventoried[pr] {
+	if m.opts.InventoryGate <= 0 || m.inventoried[pr] || !m.attached || m.ctx == nil {
 		m.open[pr] = true
 		return
 	}
 	m.open[pr] = false
-	time.AfterFunc(m.opts.InventoryGate, func() {
+	ctx := m.ctx
+	go func() {
+		t := time.NewTimer(m.opts.InventoryGate)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if open, ok := m.open[pr]; ok && !open {
-			m.opts.Log.Info("no complete inventory from the edge in time; sending every object", "publishedResource", pr)
+			m.opts.Log.Info("no complete inventory from the edge in time; comparing with what is known", "publishedResource", pr)
 			m.openLocked(pr)
 		}
-	})
+	}()
+}
+
+// Attach prepares for a new edge stream: unanswered intents are sent again,
+// and every resource waits for the edge's inventory before anything else is
+// sent (the edge may have lost or changed local copies meanwhile).
+func (m *Manager) Attach() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.attached = true
+	clear(m.inventoried)
+	clear(m.inventory)
+	clear(m.sentHash)
+	clear(m.relSent)
+	for pr := range m.desired {
+		m.gateLocked(pr)
+	}
+	m.opts.Outbox.Reset()
+}
+
+// Detach records that the stream ended; state stays for the next one.
+func (m *Manager) Detach() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.attached = false
+}
+
+// Lists is the number of lists the manager made in kcp since it started.
+func (m *Manager) Lists() uint64 { return m.lists.Load() }
+
+// Objects is the number of published objects in the manager's caches.
+func (m *Manager) Objects() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, w := range m.running {
+		n += len(w.store.ListKeys())
+	}
+	return n
 }
 
 // openLocked opens pr's gate and re-evaluates all its objects.
@@ -254,39 +314,44 @@ func (m *Manager) openLocked(pr string) {
 }
 
 // Inventory records a chunk of the edge's inventory; the last chunk of a
-// PublishedResource opens its gate.
+// PublishedResource replaces what the manager knows the edge applied for it
+// and opens its gate: every object is compared (in memory) and only those
+// whose content hash differs are sent.
 func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 	pr := inv.GetPublishedResource()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	entries := m.inventory[pr]
 	if entries == nil {
-		entries = map[string]inventoryEntry{}
+		entries = map[string]string{}
 		m.inventory[pr] = entries
 	}
 	for _, e := range inv.GetEntries() {
-		entries[storeKey(e.GetKey())] = inventoryEntry{rv: e.GetAppliedResourceVersion(), uid: e.GetKey().GetUid()}
+		// The UID is part of the key: a copy of an older object by the
+		// same name does not count as applied.
+		entries[storeKey(e.GetKey())+"|"+e.GetKey().GetUid()] = e.GetAppliedHash()
 	}
-	if inv.GetComplete() {
-		m.inventoried[pr] = true
-		if open, ok := m.open[pr]; !ok || !open {
-			m.opts.Log.Info("edge inventory complete", "publishedResource", pr, "objects", len(entries))
-			m.openLocked(pr)
+	if !inv.GetComplete() {
+		return
+	}
+	m.inventoried[pr] = true
+	for it := range m.appliedHash {
+		if it.pr == pr && it.related == "" {
+			delete(m.appliedHash, it)
 		}
 	}
-}
-
-// alreadyApplied tells (once) whether the edge's inventory shows obj's
-// current state applied; the entry is consumed so later changes are sent.
-func (m *Manager) alreadyApplied(pr, key string, obj *unstructured.Unstructured) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.inventory[pr][key]
-	if !ok {
-		return false
+	if w, ok := m.running[pr]; ok {
+		for _, raw := range w.store.List() {
+			obj := raw.(*unstructured.Unstructured)
+			k := clusterKeyOf(obj)
+			if h, ok := entries[k+"|"+string(obj.GetUID())]; ok && h != "" {
+				m.appliedHash[item{pr: pr, key: k}] = h
+			}
+		}
 	}
-	delete(m.inventory[pr], key)
-	return e.rv == obj.GetResourceVersion() && e.uid == string(obj.GetUID())
+	delete(m.inventory, pr)
+	m.opts.Log.Info("edge inventory complete", "publishedResource", pr, "objects", len(entries))
+	m.openLocked(pr)
 }
 
 // Remove stops syncing a PublishedResource's objects. Finalizers already on
@@ -297,6 +362,11 @@ func (m *Manager) Remove(pr string) {
 	delete(m.desired, pr)
 	delete(m.open, pr)
 	delete(m.inventory, pr)
+	for it := range m.appliedHash {
+		if it.pr == pr {
+			delete(m.appliedHash, it)
+		}
+	}
 	m.stopLocked(pr)
 	m.reconcileRelatedLocked()
 }
@@ -325,7 +395,7 @@ func (m *Manager) reconcileLocked() {
 		w := &watcher{res: res, store: newStore(), cancel: cancel}
 		m.running[pr] = w
 		selector := res.Selector.String()
-		lw := watching.ListWatch(dyn.Resource(res.GVR), selector)
+		lw := m.countLists(watching.ListWatch(dyn.Resource(res.GVR), selector))
 		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
 		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { w.synced.Store(true) })
 	}
@@ -350,7 +420,7 @@ func (m *Manager) reconcileNamespacesLocked() {
 		}
 		ctx, cancel := context.WithCancel(m.ctx)
 		m.namespaces, m.namespacesCancel = newStore(), cancel
-		lw := watching.ListWatch(dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), "")
+		lw := m.countLists(watching.ListWatch(dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), ""))
 		go runInformer(ctx, lw, m.namespaces, m.namespaceChanged, nil)
 	case !needed && m.namespacesCancel != nil:
 		m.namespacesCancel()
@@ -466,7 +536,7 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	}
 
 	if obj.GetDeletionTimestamp() != nil {
-		if hasFinalizer {
+		if hasFinalizer && m.markSent(it, "delete") {
 			m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}))
 		}
 		return nil
@@ -479,13 +549,6 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		// never synced before the finalizer guarantees we see its deletion.
 		return m.addFinalizer(ctx, key, obj)
 	}
-	if m.alreadyApplied(it.pr, it.key, obj) {
-		m.mu.Lock()
-		m.applied[it] = true
-		m.queueRelatedLocked(it.pr, it.key)
-		m.mu.Unlock()
-		return nil // the edge has this state already
-	}
 	desired := objects.DesiredState(obj)
 	data, err := json.Marshal(desired.Object)
 	if err != nil {
@@ -497,9 +560,58 @@ func (m *Manager) process(ctx context.Context, it item) error {
 			return err
 		}
 	}
-	m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: upsert}))
+	upsert.ContentHash = ContentHash(upsert)
+	m.mu.Lock()
+	applied := m.appliedHash[it] == upsert.ContentHash
+	if applied {
+		m.queueRelatedLocked(it.pr, it.key)
+	}
+	m.mu.Unlock()
+	if applied {
+		// The edge has this state already: a status write or kcp-internal
+		// metadata changed the object, not its desired state.
+		m.opts.Outbox.Drop(key, nil)
+		m.markSent(it, upsert.ContentHash)
+		return nil
+	}
+	if m.markSent(it, upsert.ContentHash) {
+		m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: upsert}))
+	}
 	m.queueServiceRelated(it.pr, it.key)
 	return nil
+}
+
+// markSent records that state (a content hash or "delete") is queued for
+// it and tells whether it was not already.
+func (m *Manager) markSent(it item, state string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sentHash[it] == state {
+		return false
+	}
+	m.sentHash[it] = state
+	return true
+}
+
+// ContentHash is the hash of an upsert's desired state: object and
+// workspace path. Both sides compare it; it changes only when the state the
+// edge applies changes.
+func ContentHash(u *ferryv1.UpsertIntent) string {
+	h := sha256.New()
+	h.Write(u.GetObject())
+	h.Write([]byte{0})
+	h.Write([]byte(u.GetWorkspacePath()))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// countLists counts the lists lw makes.
+func (m *Manager) countLists(lw *cache.ListWatch) *cache.ListWatch {
+	list := lw.ListWithContextFunc
+	lw.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		m.lists.Add(1)
+		return list(ctx, o)
+	}
+	return lw
 }
 
 // workspacePath resolves a logical cluster name to its workspace path (the
@@ -530,10 +642,7 @@ func (m *Manager) intent(pr string, key *ferryv1.ObjectKey, obj *unstructured.Un
 	in := &ferryv1.SyncIntent{
 		Key:               key,
 		PublishedResource: pr,
-		Version: &ferryv1.ObjectVersion{
-			BrokerEpoch: m.opts.Epoch, Sequence: m.seq.Add(1),
-			ResourceVersion: obj.GetResourceVersion(), Generation: obj.GetGeneration(),
-		},
+		Version:           &ferryv1.ObjectVersion{ResourceVersion: obj.GetResourceVersion(), Generation: obj.GetGeneration()},
 	}
 	switch o := op.(type) {
 	case *ferryv1.SyncIntent_Upsert:
@@ -589,37 +698,80 @@ func (m *Manager) patchFinalizers(ctx context.Context, ri dynamic.ResourceInterf
 
 // Release finishes a deletion the edge confirmed: the primary's
 // service-origin related copies in kcp are deleted, then its finalizer is
-// released.
+// released. The confirmation is checked first: the object must be being
+// deleted in kcp.
 func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
+	obj, err := m.cached(pr, key)
+	if err != nil {
+		return err
+	}
+	if obj != nil && obj.GetDeletionTimestamp() == nil {
+		return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
+	}
 	if err := m.deleteRelatedCopies(ctx, pr, key); err != nil {
 		return err
 	}
-	if err := m.ReleaseFinalizer(ctx, key); err != nil {
+	if err := m.ReleaseFinalizer(ctx, pr, key); err != nil {
 		return err
 	}
+	it := item{pr: pr, key: storeKey(key)}
 	m.mu.Lock()
-	delete(m.applied, item{pr: pr, key: storeKey(key)})
+	delete(m.appliedHash, it)
+	delete(m.sentHash, it)
 	m.mu.Unlock()
+	m.opts.Outbox.Forget(key, nil)
 	return nil
 }
 
+// ErrNotDeleting refuses a deletion confirmation for an object the broker
+// did not ask to delete.
+var ErrNotDeleting = errors.New("the object is not being deleted in kcp")
+
+// cached returns pr's cached kcp object behind key (nil when gone or
+// replaced by another object of the same name).
+func (m *Manager) cached(pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
+	m.mu.Lock()
+	w, ok := m.running[pr]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("PublishedResource %q is not synced", pr)
+	}
+	if !w.synced.Load() {
+		return nil, errNotListed
+	}
+	raw, exists, err := w.store.GetByKey(storeKey(key))
+	if err != nil || !exists {
+		return nil, err
+	}
+	obj := raw.(*unstructured.Unstructured)
+	if string(obj.GetUID()) != key.GetUid() {
+		return nil, nil
+	}
+	return obj, nil
+}
+
+// errNotListed is transient: the published resource's watch has not listed.
+var errNotListed = errors.New("the published resource is not listed yet")
+
 // ReleaseFinalizer removes the broker's finalizer from the kcp object once
-// the edge confirmed its local copy is gone. A missing object or finalizer is
-// fine (already released).
-func (m *Manager) ReleaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey) error {
+// the edge confirmed its local copy is gone. The object comes from the cache
+// (no extra read in kcp); the patch is guarded by its resourceVersion, so a
+// stale cache only costs a retry. A missing object or finalizer is fine
+// (already released); an object not being deleted is refused.
+func (m *Manager) ReleaseFinalizer(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
+	obj, err := m.cached(pr, key)
+	if err != nil || obj == nil {
+		return err
+	}
+	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
+		return nil // already released
+	}
+	if obj.GetDeletionTimestamp() == nil {
+		return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
+	}
 	ri, err := m.resourceClient(key)
 	if err != nil {
 		return err
-	}
-	obj, err := ri.Get(ctx, key.GetName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if string(obj.GetUID()) != key.GetUid() || !slices.Contains(obj.GetFinalizers(), m.finalizer) {
-		return nil // another object by that name now, or already released
 	}
 	return m.patchFinalizers(ctx, ri, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == m.finalizer }))
 }
@@ -628,52 +780,75 @@ func (m *Manager) ReleaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey) 
 // subresource.
 var ErrNoStatus = errors.New("the resource has no status subresource; status is not synced back")
 
-// WriteStatus replaces the kcp object's status with status (JSON).
-func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.ObjectKey, status []byte) error {
+// WriteStatus replaces the kcp object's status with status (JSON) unless
+// it already holds that status (compared with the cached object: no write,
+// no new resourceVersion). written tells whether it wrote.
+func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.ObjectKey, status []byte) (written bool, err error) {
 	m.mu.Lock()
 	res, ok := m.desired[pr]
 	m.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("PublishedResource %q is not synced", pr)
+		return false, fmt.Errorf("PublishedResource %q is not synced", pr)
 	}
 	if !res.HasStatus {
-		return ErrNoStatus
+		return false, ErrNoStatus
+	}
+	var value any
+	// Kubernetes' JSON decoding, as the informer's: whole numbers stay int64.
+	if err := utiljson.Unmarshal(status, &value); err != nil {
+		return false, fmt.Errorf("%w: status is not JSON: %v", ErrRefused, err)
+	}
+	obj, err := m.cached(pr, key)
+	if err != nil {
+		return false, err
+	}
+	if obj == nil {
+		return false, fmt.Errorf("%w: %s is gone from kcp", ErrGone, KeyString(key))
+	}
+	if current, found := obj.Object["status"]; found && reflect.DeepEqual(current, value) {
+		return false, nil
 	}
 	ri, err := m.resourceClient(key)
 	if err != nil {
-		return err
-	}
-	var value any
-	if err := json.Unmarshal(status, &value); err != nil {
-		return fmt.Errorf("status is not JSON: %w", err)
+		return false, err
 	}
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": key.GetUid()},
 		{"op": "add", "path": "/status", "value": value},
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = ri.Patch(ctx, key.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
-	return err
+	return err == nil, err
 }
+
+// ErrGone marks a report about an object that no longer exists in kcp
+// (final: retrying cannot help).
+var ErrGone = errors.New("gone")
 
 // Retry re-sends the object behind key after an apply failed, with an
 // exponential per-object delay (1 s doubling up to 5 min).
 func (m *Manager) Retry(pr string, key *ferryv1.ObjectKey) time.Duration {
 	it := item{pr: pr, key: storeKey(key)}
+	m.mu.Lock()
+	delete(m.sentHash, it)
+	m.mu.Unlock()
 	d := m.nacks.When(it)
 	m.queue.AddAfter(it, d)
 	return d
 }
 
-// Applied forgets the failure history of key after a successful apply.
-func (m *Manager) Applied(pr string, key *ferryv1.ObjectKey) {
-	it := item{pr: pr, key: storeKey(key)}
+// Applied records that the edge applied in (an upsert) and forgets the
+// failure history of its object.
+func (m *Manager) Applied(pr string, in *ferryv1.SyncIntent) {
+	it := item{pr: pr, key: storeKey(in.GetKey())}
 	m.nacks.Forget(it)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.applied[it] = true
+	if h := in.GetUpsert().GetContentHash(); h != "" {
+		m.appliedHash[it] = h
+	}
 	m.queueRelatedLocked(pr, it.key)
 }
 

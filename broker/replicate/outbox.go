@@ -1,123 +1,81 @@
 package replicate
 
 import (
-	"sync"
-
-	"google.golang.org/protobuf/proto"
-
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/outbox"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
-// Outbox holds the sync intents of one edge session: the latest intent per
-// object, handed out in first-pending order with at most Window intents
-// awaiting a result (backpressure). A delete supersedes pending updates of
-// the same object; a result for anything but the latest intent is ignored.
-// Its size is bounded by the number of objects. Safe for concurrent use.
-type Outbox struct {
-	window int
-	wake   func()
-
-	mu       sync.Mutex
-	order    []string
-	pending  map[string]*ferryv1.SyncIntent
-	inflight map[string]*ferryv1.SyncIntent
+// Intents is the broker's outbox of sync intents for one APIExport's edge:
+// pkg/outbox keyed by protocol.IntentKey. It outlives streams: a new stream
+// gets the unanswered intents again (Reset). Intent versions carry the
+// outbox's sequence, so an answer matches exactly one intent. Safe for
+// concurrent use.
+type Intents struct {
+	epoch uint64
+	box   *outbox.Outbox[string, *ferryv1.SyncIntent]
 }
 
-// NewOutbox returns an outbox allowing window unanswered intents; wake is
+// NewIntents returns an outbox allowing window unanswered intents; wake is
 // called (without blocking) whenever Next may have something new.
-func NewOutbox(window int, wake func()) *Outbox {
-	return &Outbox{
-		window: window, wake: wake,
-		pending: map[string]*ferryv1.SyncIntent{}, inflight: map[string]*ferryv1.SyncIntent{},
-	}
+func NewIntents(epoch uint64, window int, wake func()) *Intents {
+	return &Intents{epoch: epoch, box: outbox.New[string, *ferryv1.SyncIntent](window, wake)}
 }
 
 // KeyString is the map key of an object (see protocol.ObjectKeyString).
 func KeyString(k *ferryv1.ObjectKey) string { return protocol.ObjectKeyString(k) }
 
-// Put queues intent as the latest for its object. An upsert does not
-// replace a pending or in-flight delete of the same object (a deleting
-// object cannot come back; related objects can). An intent equal in content to the in-flight one
-// is not queued again.
-func (o *Outbox) Put(intent *ferryv1.SyncIntent) {
-	k := protocol.IntentKey(intent.GetKey(), intent.GetRelatedTo())
-	o.mu.Lock()
-	if intent.GetUpsert() != nil && intent.GetRelatedTo() == nil {
-		if p, ok := o.pending[k]; ok && p.GetDelete() != nil {
-			o.mu.Unlock()
-			return
-		}
-		if f, ok := o.inflight[k]; ok && (f.GetDelete() != nil || sameContent(f, intent)) {
-			o.mu.Unlock()
-			return
-		}
-	}
-	if _, ok := o.pending[k]; !ok {
-		o.order = append(o.order, k)
-	}
-	o.pending[k] = intent
-	o.mu.Unlock()
-	o.wake()
+func intentKey(in *ferryv1.SyncIntent) string {
+	return protocol.IntentKey(in.GetKey(), in.GetRelatedTo())
 }
 
-func sameContent(a, b *ferryv1.SyncIntent) bool {
-	return a.GetVersion().GetResourceVersion() == b.GetVersion().GetResourceVersion() &&
-		proto.Equal(a.GetUpsert(), b.GetUpsert())
+// Put queues in as the latest intent of its key (its version's sequence is
+// assigned when it is sent).
+func (o *Intents) Put(in *ferryv1.SyncIntent) { o.box.Put(intentKey(in), in) }
+
+// Drop removes the pending intent of a key: the edge has that state.
+func (o *Intents) Drop(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo) {
+	o.box.Drop(protocol.IntentKey(key, relatedTo))
 }
 
-// Next returns the next intent to send, or nil when nothing is pending or
-// the window is full. The intent counts as in flight until Done.
-func (o *Outbox) Next() *ferryv1.SyncIntent {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.inflight) >= o.window || len(o.order) == 0 {
+// Forget removes everything about a key.
+func (o *Intents) Forget(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo) {
+	o.box.Forget(protocol.IntentKey(key, relatedTo))
+}
+
+// Next returns the next intent to send, stamped with its version, or nil.
+func (o *Intents) Next() *ferryv1.SyncIntent {
+	e, ok := o.box.Next()
+	if !ok {
 		return nil
 	}
-	k := o.order[0]
-	o.order = o.order[1:]
-	intent := o.pending[k]
-	delete(o.pending, k)
-	o.inflight[k] = intent
-	return intent
+	// A shallow copy: the stored intent is shared with the outbox.
+	in := e.Value
+	v := &ferryv1.ObjectVersion{
+		BrokerEpoch: o.epoch, Sequence: e.Seq,
+		ResourceVersion: in.GetVersion().GetResourceVersion(), Generation: in.GetVersion().GetGeneration(),
+	}
+	return &ferryv1.SyncIntent{
+		Key: in.GetKey(), Version: v, PublishedResource: in.GetPublishedResource(),
+		RelatedTo: in.GetRelatedTo(), Operation: in.GetOperation(),
+	}
 }
 
-// Done records the edge's result for key (and relatedTo) at version and returns the intent
-// it answers, or nil when the result is stale (a newer intent exists).
-func (o *Outbox) Done(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo, version *ferryv1.ObjectVersion) *ferryv1.SyncIntent {
-	k := protocol.IntentKey(key, relatedTo)
-	o.mu.Lock()
-	f, ok := o.inflight[k]
-	if !ok || f.GetVersion().GetSequence() != version.GetSequence() || f.GetVersion().GetBrokerEpoch() != version.GetBrokerEpoch() {
-		o.mu.Unlock()
+// Done records the edge's answer to the intent of key (and relatedTo) at
+// version and returns the intent it answers, or nil when the answer is stale.
+func (o *Intents) Done(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo, version *ferryv1.ObjectVersion) *ferryv1.SyncIntent {
+	if version.GetBrokerEpoch() != o.epoch {
 		return nil
 	}
-	delete(o.inflight, k)
-	o.mu.Unlock()
-	o.wake()
-	return f
-}
-
-// Forget drops everything about an object (it is gone from kcp).
-func (o *Outbox) Forget(key *ferryv1.ObjectKey) {
-	k := KeyString(key)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.inflight, k)
-	if _, ok := o.pending[k]; ok {
-		delete(o.pending, k)
-		for i, q := range o.order {
-			if q == k {
-				o.order = append(o.order[:i], o.order[i+1:]...)
-				break
-			}
-		}
+	e, ok := o.box.Ack(protocol.IntentKey(key, relatedTo), version.GetSequence())
+	if !ok {
+		return nil
 	}
+	return e.Value
 }
 
-// Len is the number of pending and in-flight intents.
-func (o *Outbox) Len() (pending, inflight int) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.pending), len(o.inflight)
-}
+// Reset re-queues every unanswered intent (a new stream).
+func (o *Intents) Reset() { o.box.Reset() }
+
+// Stats returns the outbox's figures.
+func (o *Intents) Stats() outbox.Stats { return o.box.Stats() }

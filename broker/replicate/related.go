@@ -111,7 +111,7 @@ func (m *Manager) reconcileRelatedLocked() {
 			selector = ""
 		}
 		m.opts.Log.Info("watching related resource", "resource", gvr.String(), "selector", selector)
-		go runInformer(ctx, watching.ListWatch(dyn.Resource(gvr), selector), rw.store,
+		go runInformer(ctx, m.countLists(watching.ListWatch(dyn.Resource(gvr), selector)), rw.store,
 			func(key string) { m.relatedObjectChanged(gvr, key) },
 			func() { m.relatedSynced(rw) })
 	}
@@ -143,7 +143,7 @@ func (m *Manager) relatedSynced(rw *relatedWatcher) {
 // queueRelatedLocked queues the kcp-origin references of an applied
 // primary.
 func (m *Manager) queueRelatedLocked(pr, key string) {
-	if !m.applied[item{pr: pr, key: key}] {
+	if m.appliedHash[item{pr: pr, key: key}] == "" {
 		return
 	}
 	for _, r := range m.desired[pr].Related {
@@ -171,7 +171,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	m.mu.Lock()
 	w, running := m.running[it.pr]
 	res := m.desired[it.pr]
-	applied := m.applied[item{pr: it.pr, key: it.key}]
+	applied := m.appliedHash[item{pr: it.pr, key: it.key}] != ""
 	m.mu.Unlock()
 	ref := res.related(it.related)
 	if running && ref != nil && ref.Origin == ferryv1alpha1.OriginService {
@@ -222,7 +222,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		Key:               &ferryv1.ObjectKey{Cluster: cluster, Resource: gvr, Namespace: ns, Name: name},
 		PublishedResource: it.pr,
 		RelatedTo:         &ferryv1.RelatedTo{Primary: primaryKey, Identifier: ref.Identifier},
-		Version:           &ferryv1.ObjectVersion{BrokerEpoch: m.opts.Epoch, Sequence: m.seq.Add(1)},
+		Version:           &ferryv1.ObjectVersion{},
 	}
 	raw, exists, err = rw.store.GetByKey(srcKey)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/session"
 )
 
@@ -20,6 +21,7 @@ type adminService struct {
 
 	cfg      *config.Config
 	registry *session.Registry
+	engines  *engines
 }
 
 var _ ferryv1.AdminServiceServer = (*adminService)(nil)
@@ -48,7 +50,11 @@ func (a *adminService) ListEdges(ctx context.Context, _ *ferryv1.ListEdgesReques
 			edge.LastSeen = timestamppb.New(s.LastSeen())
 			edge.ProtocolVersion = s.ProtocolVersion
 			edge.EdgeVersion = s.EdgeVersion
-			edge.ExportStatus = exportStatus(s.Export, s.ExportState())
+			st := s.ExportState()
+			edge.ExportStatus = engine.ExportStatus(s.Export, st.LogicalCluster, st.VirtualWorkspaceURL)
+		}
+		if e, ok := a.engines.get(e.APIExport); ok {
+			edge.Engine = e.Status()
 		}
 		out.Edges = append(out.Edges, edge)
 	}

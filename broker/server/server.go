@@ -27,6 +27,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/session"
 	"github.com/ferry-dev/ferry/pkg/logging"
 )
@@ -40,12 +41,15 @@ type Options struct {
 	// Resolver looks APIExports up in kcp.
 	Resolver ExportResolver
 	// Publisher applies Publish messages to kcp.
-	Publisher PublishApplier
+	Publisher engine.PublishApplier
 	// KCP is the broker's kcp rest config, used through the virtual
 	// workspace for object sync.
 	KCP *rest.Config
 	// InFlightWindow is how many sync intents may await a result per edge.
 	InFlightWindow int
+	// EngineIdleTimeout is how long an APIExport's sync engine (watches,
+	// caches, outbox) is kept without a connected edge.
+	EngineIdleTimeout time.Duration
 	// HeartbeatInterval is the broker's heartbeat proposal.
 	HeartbeatInterval time.Duration
 	// MaxMessageBytes is the largest message the broker accepts.
@@ -62,30 +66,42 @@ type Server struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	registry *session.Registry
+	engines  *engines
 }
 
 // New builds a server; Serve runs it.
 func New(o Options) *Server {
 	registry := session.NewRegistry()
 	g := newGRPCServer(o)
+	epoch := newEpoch()
+	log := o.Log.WithName("sync")
+	engs := newEngines(o.EngineIdleTimeout, log, func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine {
+		return engine.New(engine.Options{
+			Export: export, LogicalCluster: logicalCluster, Agent: agent, KCP: o.KCP, Publisher: o.Publisher,
+			Watcher: o.Resolver, Epoch: epoch, Window: o.InFlightWindow, InventoryGate: inventoryGate,
+			Log: log.WithName("engine").WithValues(logging.KeyExport, export.String(), logging.KeyAgent, agent),
+		})
+	})
 	ferryv1.RegisterSyncServiceServer(g, &syncService{
 		cfg:               o.Config,
 		registry:          registry,
 		resolver:          o.Resolver,
-		publisher:         o.Publisher,
-		kcp:               o.KCP,
-		window:            o.InFlightWindow,
-		epoch:             newEpoch(),
+		engines:           engs,
+		epoch:             epoch,
 		heartbeatInterval: o.HeartbeatInterval,
 		maxMessageBytes:   o.MaxMessageBytes,
-		log:               o.Log.WithName("sync"),
+		log:               log,
 	})
-	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry})
+	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry, engines: engs})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
-	return &Server{opts: o, grpc: g, health: hs, registry: registry}
+	return &Server{opts: o, grpc: g, health: hs, registry: registry, engines: engs}
 }
+
+// inventoryGate is how long an engine waits for an edge's inventory after a
+// stream attaches before it compares with what it knew.
+const inventoryGate = 30 * time.Second
 
 // newGRPCServer returns a gRPC server with ferry's transport settings and
 // interceptors: logging outermost, so it also logs the Internal error that
@@ -121,6 +137,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.health.SetServingStatus(ferryv1.SyncService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.opts.Log.Info("broker serving", logging.KeyAddress, lis.Addr().String())
 
+	engineCtx, stopEngines := context.WithCancel(ctx)
+	defer func() {
+		stopEngines()
+		s.engines.wait()
+	}()
+	s.engines.start(engineCtx)
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
 

@@ -22,6 +22,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/pkg/devpki"
@@ -89,7 +90,7 @@ func startTestBroker(t *testing.T, resolver ExportResolver) *testBroker {
 	return startTestBrokerWith(t, resolver, &echoApplier{})
 }
 
-func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier PublishApplier) *testBroker {
+func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.PublishApplier) *testBroker {
 	t.Helper()
 	pki := t.TempDir()
 	ca, err := devpki.LoadOrCreateCA(pki, "test")

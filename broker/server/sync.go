@@ -5,21 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"io"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/kcp"
-	"github.com/ferry-dev/ferry/broker/replicate"
 	"github.com/ferry-dev/ferry/broker/session"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -38,16 +34,15 @@ type ExportResolver interface {
 }
 
 // syncService implements ferry.v1alpha1.SyncService: it authorizes the edge,
-// runs the handshake and then keeps the stream alive.
+// runs the handshake, attaches the stream to its APIExport's engine and runs
+// the stream's loops. Sync policy lives in the engine.
 type syncService struct {
 	ferryv1.UnimplementedSyncServiceServer
 
 	cfg               *config.Config
 	registry          *session.Registry
 	resolver          ExportResolver
-	publisher         PublishApplier
-	kcp               *rest.Config
-	window            int
+	engines           *engines
 	epoch             uint64
 	heartbeatInterval time.Duration
 	maxMessageBytes   uint32
@@ -59,6 +54,15 @@ var _ ferryv1.SyncServiceServer = (*syncService)(nil)
 // errShuttingDown is the cancellation cause of streams ended by a broker
 // shutdown; the edge sees UNAVAILABLE and reconnects.
 var errShuttingDown = errors.New("the broker is shutting down")
+
+// Stream queue sizes. The receive queue only smooths bursts: the dispatcher
+// never waits on the network. The control queue must hold every answer the
+// edge's windows allow at once (reports in flight) plus heartbeats and
+// publish results; overflowing it ends the stream.
+const (
+	receiveQueue    = 256
+	controlCapacity = 8192
+)
 
 func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	ctx := stream.Context()
@@ -77,9 +81,11 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	log = log.WithValues(logging.KeyExport, edgeCfg.APIExport.String())
 
 	// One receiver for the stream's lifetime: gRPC allows a single reader.
+	// It exits when the handler has returned (gRPC then cancels the
+	// stream's context) and never touches the engine.
 	streamCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := link.Receive(streamCtx, stream.Recv)
+	r := link.Receive(streamCtx, stream.Recv, receiveQueue)
 
 	hello, err := receiveHello(r)
 	if err != nil {
@@ -129,6 +135,16 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	}
 	defer release()
 
+	loop := link.NewLoop[*ferryv1.ConnectRequest, *ferryv1.ConnectResponse](controlCapacity)
+	eng, detach := s.engines.attach(loop, edgeCfg.APIExport, hello.GetAgentName(), state.LogicalCluster)
+	// Detached after the loops have stopped (defers run in reverse): the
+	// slot is released only then, so a new stream never overlaps this one.
+	defer detach()
+	if url, known := eng.VirtualWorkspaceURL(); known {
+		state.VirtualWorkspaceURL = url
+		sess.SetVirtualWorkspaceURL(url)
+	}
+
 	interval := protocol.NegotiateHeartbeat(s.heartbeatInterval, hello.GetHeartbeatInterval().AsDuration())
 	err = stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
 		ProtocolVersion:        negotiated,
@@ -139,7 +155,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		BrokerVersion:          version.String(),
 		BrokerEpoch:            s.epoch,
 		SessionId:              sess.ID,
-		Export:                 exportStatus(edgeCfg.APIExport, state),
+		Export:                 engine.ExportStatus(edgeCfg.APIExport, state.LogicalCluster, state.VirtualWorkspaceURL),
 	}}})
 	if err != nil {
 		return err
@@ -147,7 +163,30 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	log = log.WithValues(logging.KeySession, sess.ID)
 	log.Info("edge connected", logging.KeyProtocolVersion, negotiated, logging.KeyLogicalCluster, state.LogicalCluster)
 
-	err = s.serve(streamCtx, stream, r, sess, interval, log)
+	maxSend := int(sess.EdgeMaxMessageBytes)
+	loop.Receiver = r
+	loop.Send = stream.Send
+	loop.Handle = eng.Handle
+	loop.OnReceive = func() { sess.Seen(time.Now()) }
+	loop.Bulk = eng.NextIntent
+	loop.BulkReady = eng.BulkReady()
+	loop.Heartbeat = func(hb *ferryv1.Heartbeat) *ferryv1.ConnectResponse {
+		return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: hb}}
+	}
+	loop.Interval, loop.DeadAfter = interval, protocol.DeadAfter(interval)
+	loop.MaxSend, loop.Size = maxSend, engine.Size
+	loop.TooLarge = func(m *ferryv1.ConnectResponse, size int) { eng.TooLarge(m, size, maxSend) }
+	err = loop.Run(streamCtx)
+	switch {
+	case errors.Is(context.Cause(streamCtx), errShuttingDown):
+		err = status.Error(codes.Unavailable, errShuttingDown.Error())
+	case link.IsEOF(err):
+		err = nil
+	case errors.Is(err, link.ErrPeerSilent):
+		err = status.Errorf(codes.Unavailable, "no message from the edge for %s", protocol.DeadAfter(interval))
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		err = status.FromContextError(ctx.Err()).Err()
+	}
 	log.Info("edge disconnected", logging.KeyReason, errorText(err))
 	return err
 }
@@ -168,169 +207,6 @@ func receiveHello(r link.Receiver[*ferryv1.ConnectRequest]) (*ferryv1.EdgeHello,
 	case <-timeout.C:
 		return nil, status.Errorf(codes.DeadlineExceeded, "no EdgeHello within %s", protocol.HandshakeTimeout)
 	}
-}
-
-// serve runs the stream after the handshake until the edge leaves, goes
-// silent, breaks the protocol or the broker shuts down.
-func (s *syncService) serve(ctx context.Context, stream ferryv1.SyncService_ConnectServer,
-	r link.Receiver[*ferryv1.ConnectRequest], sess *session.Session, interval time.Duration, log logr.Logger,
-) error {
-	clock := link.NewClock(interval, protocol.DeadAfter(interval))
-	defer clock.Stop()
-
-	// Helpers of this stream; all end with ctx (the stream's context).
-	wakeOutbox, outboxReady := link.NewWake()
-	outbox := replicate.NewOutbox(s.window, wakeOutbox)
-	mgr := replicate.NewManager(replicate.Options{
-		KCP: s.kcp, Agent: sess.AgentName, Epoch: s.epoch, Outbox: outbox, Log: log.WithName("replicate"),
-		InventoryGate: inventoryGate(sess.Capabilities),
-	})
-	go mgr.Run(ctx, 2)
-	wakeReports, reportsReady := link.NewWake()
-	reports := newReportWorker(mgr, wakeReports, log.WithName("reports"))
-	go reports.run(ctx)
-
-	publishResults := make(chan *ferryv1.PublishResult)
-	publisher := newPublishWorker(s.publisher, sess.Export, publishResults, log.WithName("publish"),
-		func(msg *ferryv1.Publish, res *ferryv1.PublishResult) {
-			r, ok, err := syncedResource(msg, res)
-			switch {
-			case err != nil:
-				log.Error(err, "cannot sync published resource", "publishedResource", msg.GetPublishedResource())
-			case ok:
-				mgr.Ensure(r)
-			default:
-				mgr.Remove(msg.GetPublishedResource())
-			}
-		}, mgr.Remove)
-	go publisher.run(ctx)
-	exportURLs := make(chan string)
-	go s.resolver.WatchVirtualWorkspace(ctx, sess.Export, func(url string) {
-		mgr.SetVirtualWorkspace(url)
-		select {
-		case exportURLs <- url:
-		case <-ctx.Done():
-		}
-	})
-	st := &streamState{outbox: outbox, mgr: mgr, reports: reports, publisher: publisher, maxSend: int(sess.EdgeMaxMessageBytes), log: log}
-
-	for {
-		select {
-		case <-ctx.Done():
-			if errors.Is(context.Cause(ctx), errShuttingDown) {
-				return status.Error(codes.Unavailable, errShuttingDown.Error())
-			}
-			return status.FromContextError(ctx.Err()).Err()
-		case err := <-r.Err:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		case msg := <-r.C:
-			clock.Received()
-			sess.Seen(time.Now())
-			if err := s.handle(msg, st); err != nil {
-				return err
-			}
-		case <-outboxReady:
-			if err := st.sendIntents(stream); err != nil {
-				return err
-			}
-		case <-reportsReady:
-			for _, answer := range reports.take() {
-				if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: answer}}); err != nil {
-					return err
-				}
-			}
-		case res := <-publishResults:
-			if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_PublishResult{PublishResult: res}}); err != nil {
-				return err
-			}
-		case url := <-exportURLs:
-			sess.SetVirtualWorkspaceURL(url)
-			st := exportStatus(sess.Export, sess.ExportState())
-			log.Info("APIExport state", "virtualWorkspaceReady", st.GetVirtualWorkspaceReady(), "waitingFor", st.GetWaitingFor())
-			if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ExportStatus{ExportStatus: st}}); err != nil {
-				return err
-			}
-		case <-clock.Beat:
-			err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: clock.Heartbeat()}})
-			if err != nil {
-				return err
-			}
-		case <-clock.Dead:
-			return status.Errorf(codes.Unavailable, "no message from the edge for %s", protocol.DeadAfter(interval))
-		}
-	}
-}
-
-// handle processes one message from the edge. Messages of features this
-// broker does not implement yet end the stream with UNIMPLEMENTED, so an edge
-// never believes they were processed.
-func (s *syncService) handle(msg *ferryv1.ConnectRequest, st *streamState) error {
-	publisher := st.publisher
-	switch m := msg.GetMessage().(type) {
-	case *ferryv1.ConnectRequest_Heartbeat:
-		return nil
-	case *ferryv1.ConnectRequest_Publish:
-		// The export is the session's own: an edge can only publish into the
-		// APIExport its identity is configured for.
-		name := m.Publish.GetPublishedResource()
-		if name == "" || len(m.Publish.GetSpec()) == 0 || len(m.Publish.GetCustomResourceDefinition()) == 0 {
-			return status.Error(codes.InvalidArgument, "Publish needs published_resource, spec and custom_resource_definition")
-		}
-		publisher.enqueue(name, msg)
-		return nil
-	case *ferryv1.ConnectRequest_Unpublish:
-		name := m.Unpublish.GetPublishedResource()
-		if name == "" {
-			return status.Error(codes.InvalidArgument, "Unpublish needs published_resource")
-		}
-		publisher.enqueue(name, msg)
-		return nil
-	case *ferryv1.ConnectRequest_IntentResult:
-		st.intentResult(m.IntentResult)
-		return nil
-	case *ferryv1.ConnectRequest_StatusReport:
-		return st.statusReport(m.StatusReport)
-	case *ferryv1.ConnectRequest_RelatedObjectReport:
-		return st.relatedObjectReport(m.RelatedObjectReport)
-	case *ferryv1.ConnectRequest_DeletionConfirmation:
-		return st.deletionConfirmation(m.DeletionConfirmation)
-	case *ferryv1.ConnectRequest_Inventory:
-		if m.Inventory.GetPublishedResource() == "" {
-			return status.Error(codes.InvalidArgument, "Inventory needs published_resource")
-		}
-		st.mgr.Inventory(m.Inventory)
-		return nil
-	case *ferryv1.ConnectRequest_Hello:
-		return status.Error(codes.InvalidArgument, "EdgeHello may only be sent once per stream")
-	case nil:
-		return status.Error(codes.InvalidArgument, "message without payload")
-	default:
-		return status.Errorf(codes.Unimplemented, "this broker does not handle %T yet", m)
-	}
-}
-
-// inventoryGate is how long the broker waits for an edge's inventory before
-// sending every object; zero when the edge does not do inventories.
-func inventoryGate(caps []ferryv1.Capability) time.Duration {
-	if slices.Contains(caps, ferryv1.Capability_CAPABILITY_INVENTORY_RESYNC) {
-		return 30 * time.Second
-	}
-	return 0
-}
-
-func exportStatus(ref config.APIExportRef, state kcp.ExportState) *ferryv1.ExportStatus {
-	st := &ferryv1.ExportStatus{
-		Export:                exportRef(ref),
-		LogicalCluster:        state.LogicalCluster,
-		VirtualWorkspaceReady: state.VirtualWorkspaceURL != "",
-	}
-	if !st.VirtualWorkspaceReady {
-		st.WaitingFor = fmt.Sprintf("APIExportEndpointSlice %s to list a virtual workspace URL (kcp adds it once the APIExport is bound)", ref)
-	}
-	return st
 }
 
 func newSessionID() string {

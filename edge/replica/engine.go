@@ -3,7 +3,13 @@
 // namespaces, labels pointing back to kcp, adoption of an existing object at
 // the target name) with server-side apply, and reports back: a result per
 // intent, the local status when it changes, and a deletion confirmation once
-// a local copy is gone.
+// a local copy is known to be gone.
+//
+// The engine outlives streams: its watches, what it applied (content hash,
+// place and generation of every copy) and its report outbox stay when the
+// stream ends; unanswered reports are re-sent on the next stream. It keeps
+// the desired state of every copy, so a copy edited in fields ferry owns or
+// deleted by someone else is repaired at once, without asking the broker.
 //
 // Why server-side apply: the edge's field manager owns exactly the fields the
 // kcp object sets. Fields that other service-cluster controllers or webhooks
@@ -36,6 +42,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/outbox"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/refindex"
 	"github.com/ferry-dev/ferry/pkg/watching"
@@ -52,14 +59,24 @@ type Options struct {
 	Agent   string
 	Dynamic dynamic.Interface
 	Kube    kubernetes.Interface
-	Wake    func()
-	Log     logr.Logger
+	// Wake is called (it must not block) when Next may have something.
+	Wake func()
+	Log  logr.Logger
+	// ReportWindow is how many reports may await the broker's answer.
+	ReportWindow int
+}
+
+// Sink is the attached stream's control lane (link.Loop.Control): it never
+// blocks and fails only when the stream is overrun.
+type Sink interface {
+	Control(*ferryv1.ConnectRequest) error
 }
 
 // Engine applies intents and produces reports. Safe for concurrent use.
 type Engine struct {
-	opts  Options
-	queue workqueue.TypedRateLimitingInterface[string]
+	opts    Options
+	queue   workqueue.TypedRateLimitingInterface[string]
+	reports *outbox.Outbox[string, *ferryv1.ConnectRequest]
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -67,10 +84,13 @@ type Engine struct {
 	watches   map[string]*localWatch
 	latest    map[string]*ferryv1.SyncIntent // by object key, awaiting apply
 	deleting  map[string]*ferryv1.SyncIntent // by object key, delete issued, awaiting gone
-	statusSum map[string][32]byte            // by object key, last status reported
-	out       []*ferryv1.ConnectRequest
-	reportID  uint64
-	connected bool
+	// applied is what this engine applied per object key: the desired
+	// state and where it went (drift repair, deletes on a cache miss).
+	applied   map[string]appliedCopy
+	statusSum map[string][32]byte // by object key, last status reported
+	// pre holds this stream's inventory chunks, sent before reports.
+	pre  []*ferryv1.ConnectRequest
+	sink Sink
 	// namespaces this engine has seen to exist; avoids a request per apply.
 	namespaces map[string]bool
 	// related objects (related.go)
@@ -84,18 +104,33 @@ type localWatch struct {
 	store  cache.Indexer
 	cancel context.CancelFunc
 	synced bool // the informer has listed the local copies
+	// lastErr is the watch's last list/watch error, while not synced.
+	lastErr error
+}
+
+// appliedCopy is one local copy as this engine last applied it.
+type appliedCopy struct {
+	intent     *ferryv1.SyncIntent // the upsert
+	namespace  string
+	name       string
+	generation int64
 }
 
 // NewEngine returns an engine; Run starts it.
 func NewEngine(o Options) *Engine {
+	if o.ReportWindow <= 0 {
+		o.ReportWindow = 256
+	}
 	return &Engine{
 		opts: o,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "apply"}),
+		reports:    outbox.New[string, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
 		published:  map[string]*Published{},
 		watches:    map[string]*localWatch{},
 		latest:     map[string]*ferryv1.SyncIntent{},
 		deleting:   map[string]*ferryv1.SyncIntent{},
+		applied:    map[string]appliedCopy{},
 		statusSum:  map[string][32]byte{},
 		namespaces: map[string]bool{},
 		relWatches: map[schema.GroupVersionResource]*relatedWatch{},
@@ -167,6 +202,13 @@ func (e *Engine) watchLocked(p *Published) {
 	e.watches[p.Name] = w
 	lw := watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.LabelAgent+"="+e.opts.Agent)
 	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{remoteIndex: indexByRemote})
+	_ = informer.SetTransform(dropManagedFields)
+	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		e.mu.Lock()
+		w.lastErr = err
+		e.mu.Unlock()
+		e.opts.Log.Error(err, "cannot watch local copies", "publishedResource", p.Name, "resource", p.Local.String())
+	})
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.localChanged(w, obj) },
 		UpdateFunc: func(_, obj any) { e.localChanged(w, obj) },
@@ -178,7 +220,7 @@ func (e *Engine) watchLocked(p *Published) {
 		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			w.synced = true
+			w.synced, w.lastErr = true, nil
 			if e.watches[p.Name] == w {
 				e.sendInventoryLocked(w)
 			}
@@ -193,7 +235,7 @@ const inventoryChunk = 500
 // copies of w's resource were applied from, so it re-sends only what
 // differs. Sent once the local watch is synced, on every stream.
 func (e *Engine) sendInventoryLocked(w *localWatch) {
-	if !e.connected || !w.synced {
+	if e.sink == nil || !w.synced {
 		return
 	}
 	var entries []*ferryv1.InventoryEntry
@@ -209,14 +251,16 @@ func (e *Engine) sendInventoryLocked(w *localWatch) {
 		entries = append(entries, &ferryv1.InventoryEntry{
 			Key:                    remoteKey(w.pub, remote),
 			AppliedResourceVersion: u.GetAnnotations()[naming.AnnotationResourceVersion],
+			AppliedHash:            u.GetAnnotations()[naming.AnnotationContentHash],
 			PublishedResource:      w.pub.Name,
 		})
 	}
 	for {
 		n := min(len(entries), inventoryChunk)
-		e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Inventory{Inventory: &ferryv1.Inventory{
+		e.pre = append(e.pre, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Inventory{Inventory: &ferryv1.Inventory{
 			PublishedResource: w.pub.Name, Entries: entries[:n], Complete: n == len(entries),
 		}}})
+		e.opts.Wake()
 		entries = entries[n:]
 		if len(entries) == 0 {
 			return
@@ -246,52 +290,136 @@ func (e *Engine) Handle(in *ferryv1.SyncIntent) {
 	e.queue.Add(k)
 }
 
-// Connected resets per-stream state: report ids restart, and every local
-// status is reported again (the broker keeps nothing across streams).
-func (e *Engine) Connected() {
+// Connected attaches a new stream: unanswered reports go out again (the
+// broker answers each; reports it already wrote cost it a comparison, not a
+// write), and each synced resource's inventory is sent.
+func (e *Engine) Connected(sink Sink) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.connected = true
-	e.reportID = 0
-	clear(e.statusSum)
-	clear(e.relSum)
+	e.sink = sink
+	e.pre = nil
+	e.reports.Reset()
 	for _, w := range e.watches {
 		e.sendInventoryLocked(w)
-		if !w.synced {
-			continue
-		}
-		for _, obj := range w.store.List() {
-			e.reportStatusLocked(w, obj)
-			e.reportRelatedLocked(w, obj)
-		}
 	}
 }
 
-// Disconnected drops what only made sense on the stream.
+// Disconnected drops what only made sense on the stream; intents not yet
+// applied are re-sent by the broker on the next stream.
 func (e *Engine) Disconnected() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.connected = false
-	e.out = nil
+	e.sink = nil
+	e.pre = nil
 	clear(e.latest)
 }
 
-// Outgoing returns the reports to send now.
-func (e *Engine) Outgoing() []*ferryv1.ConnectRequest {
+// Next returns the next bulk message for the broker: inventory chunks
+// first, then reports within the report window.
+func (e *Engine) Next() (*ferryv1.ConnectRequest, bool) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := e.out
-	e.out = nil
-	return out
+	if len(e.pre) > 0 {
+		m := e.pre[0]
+		e.pre = e.pre[1:]
+		e.mu.Unlock()
+		return m, true
+	}
+	e.mu.Unlock()
+	r, ok := e.reports.Next()
+	if !ok {
+		return nil, false
+	}
+	return withReportID(r.Value, r.Seq), true
 }
 
-func (e *Engine) emitLocked(m *ferryv1.ConnectRequest) {
-	if !e.connected {
+// withReportID returns a shallow copy of a report carrying id: the stored
+// message is shared with the outbox.
+func withReportID(m *ferryv1.ConnectRequest, id uint64) *ferryv1.ConnectRequest {
+	switch r := m.GetMessage().(type) {
+	case *ferryv1.ConnectRequest_StatusReport:
+		o := r.StatusReport
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
+			ReportId: id, Key: o.GetKey(), Status: o.GetStatus(), LocalResourceVersion: o.GetLocalResourceVersion(), Error: o.GetError(),
+		}}}
+	case *ferryv1.ConnectRequest_RelatedObjectReport:
+		o := r.RelatedObjectReport
+		c := &ferryv1.RelatedObjectReport{
+			ReportId: id, RelatedTo: o.GetRelatedTo(), Resource: o.GetResource(),
+			LocalNamespace: o.GetLocalNamespace(), LocalName: o.GetLocalName(),
+		}
+		switch st := o.GetState().(type) {
+		case *ferryv1.RelatedObjectReport_Object:
+			c.State = st
+		case *ferryv1.RelatedObjectReport_Gone:
+			c.State = st
+		case *ferryv1.RelatedObjectReport_Unresolved:
+			c.State = st
+		case *ferryv1.RelatedObjectReport_Error:
+			c.State = st
+		}
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: c}}
+	case *ferryv1.ConnectRequest_DeletionConfirmation:
+		o := r.DeletionConfirmation
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
+			ReportId: id, Key: o.GetKey(), Version: o.GetVersion(),
+		}}}
+	}
+	return m
+}
+
+// ReportResult takes the broker's answer to a report.
+func (e *Engine) ReportResult(r *ferryv1.ReportResult) {
+	entry, ok := e.reports.AckSeq(r.GetReportId())
+	if ok && r.GetError() != nil {
+		e.opts.Log.Info("broker could not apply a report (final)", "report", entry.Key, "message", r.GetError().GetMessage())
+	}
+}
+
+// TooLarge replaces a report the broker would refuse for its size by a
+// small one that says so; the broker records it as a Warning Event on the
+// kcp object.
+func (e *Engine) TooLarge(m *ferryv1.ConnectRequest, size, limit int) {
+	ae := &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE,
+		Message: fmt.Sprintf("the report is %d bytes, more than the broker accepts (%d); raise --max-message-bytes at the broker", size, limit)}
+	switch r := m.GetMessage().(type) {
+	case *ferryv1.ConnectRequest_StatusReport:
+		entry, ok := e.reports.AckSeq(r.StatusReport.GetReportId())
+		if !ok {
+			return
+		}
+		e.opts.Log.Info("status too large for the broker; reporting the failure instead", "object", protocol.ObjectKeyString(r.StatusReport.GetKey()), "bytes", size, "limit", limit)
+		e.reports.Put(entry.Key, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
+			Key: r.StatusReport.GetKey(), LocalResourceVersion: r.StatusReport.GetLocalResourceVersion(), Error: ae,
+		}}})
+	case *ferryv1.ConnectRequest_RelatedObjectReport:
+		entry, ok := e.reports.AckSeq(r.RelatedObjectReport.GetReportId())
+		if !ok {
+			return
+		}
+		rr := r.RelatedObjectReport
+		e.reports.Put(entry.Key, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: &ferryv1.RelatedObjectReport{
+			RelatedTo: rr.GetRelatedTo(), Resource: rr.GetResource(), LocalNamespace: rr.GetLocalNamespace(), LocalName: rr.GetLocalName(),
+			State: &ferryv1.RelatedObjectReport_Error{Error: ae},
+		}}})
+	}
+}
+
+// result sends an intent's answer on the control lane; without a stream it
+// is dropped (the broker re-sends the intent on the next stream).
+func (e *Engine) result(res *ferryv1.IntentResult) {
+	e.mu.Lock()
+	sink := e.sink
+	e.mu.Unlock()
+	if sink == nil {
 		return
 	}
-	e.out = append(e.out, m)
-	e.opts.Wake()
+	if err := sink.Control(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: res}}); err != nil {
+		e.opts.Log.Error(err, "cannot queue an intent result; the stream ends")
+	}
 }
+
+// report queues a report as the latest for its key.
+func (e *Engine) report(key string, m *ferryv1.ConnectRequest) { e.reports.Put(key, m) }
 
 func (e *Engine) next(ctx context.Context) bool {
 	k, shutdown := e.queue.Get()
@@ -304,21 +432,21 @@ func (e *Engine) next(ctx context.Context) bool {
 	delete(e.latest, k)
 	e.mu.Unlock()
 	if in == nil {
-		return true
-	}
-	if !e.ready(in) {
-		// The local copies are not listed yet: applying now could miss an
-		// existing copy (a delete would be confirmed without deleting it).
-		// Keep the intent unless a newer one arrived and try again shortly.
-		e.mu.Lock()
-		if _, newer := e.latest[k]; !newer {
-			e.latest[k] = in
+		if err := e.repair(ctx, k); err != nil {
+			e.opts.Log.Error(err, "cannot repair a local copy; retrying", "object", k)
+			e.queue.AddRateLimited(k)
+			return true
 		}
-		e.mu.Unlock()
-		e.queue.AddRateLimited(k)
+		e.queue.Forget(k)
 		return true
 	}
 	e.queue.Forget(k)
+	if ready, why := e.ready(in); !ready {
+		// Answered at once, so this resource's intents never fill the
+		// broker's window; the broker retries with backoff.
+		e.result(nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY, true, "%s", why))
+		return true
+	}
 	var res *ferryv1.IntentResult
 	if in.GetRelatedTo() != nil {
 		res = e.applyRelated(ctx, in)
@@ -326,25 +454,34 @@ func (e *Engine) next(ctx context.Context) bool {
 	} else {
 		res = e.apply(ctx, in)
 	}
-	e.mu.Lock()
-	e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: res}})
-	e.mu.Unlock()
+	e.result(res)
 	return true
 }
 
-// ready tells whether the local watch of in's resource has synced; intents
-// for resources this edge does not publish are ready (they are refused).
-func (e *Engine) ready(in *ferryv1.SyncIntent) bool {
+// ready tells whether the local watch of in's resource has synced, and if
+// not why; intents for resources this edge does not publish are ready (they
+// are refused).
+func (e *Engine) ready(in *ferryv1.SyncIntent) (bool, string) {
 	if in.GetRelatedTo() != nil {
-		return e.relatedReady(in)
+		if !e.relatedReady(in) {
+			return false, "the edge's watches of the related objects have not listed yet"
+		}
+		return true, ""
 	}
-	_, w := e.forRemote(in.GetKey().GetResource())
+	pub, w := e.forRemote(in.GetKey().GetResource())
 	if w == nil {
-		return true
+		return true, ""
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return w.synced
+	if w.synced {
+		return true, ""
+	}
+	why := fmt.Sprintf("the edge has not listed its local %s yet", pub.Local.String())
+	if w.lastErr != nil {
+		why += ": " + w.lastErr.Error()
+	}
+	return false, why
 }
 
 func nack(in *ferryv1.SyncIntent, reason ferryv1.ApplyErrorReason, retryable bool, format string, args ...any) *ferryv1.IntentResult {
@@ -353,6 +490,7 @@ func nack(in *ferryv1.SyncIntent, reason ferryv1.ApplyErrorReason, retryable boo
 	}}
 }
 
+// apply applies an upsert (or routes a delete) and records what it applied.
 func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.IntentResult {
 	pub, w := e.forRemote(in.GetKey().GetResource())
 	if pub == nil || w == nil {
@@ -365,6 +503,14 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 
 	if in.GetDelete() != nil {
 		return e.delete(ctx, in, w, existing)
+	}
+	k := protocol.ObjectKeyString(key)
+	hash := in.GetUpsert().GetContentHash()
+	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash && !e.drifted(k, existing) {
+		// The copy holds this state already (a re-sent intent after a
+		// reconnect): nothing to write.
+		e.record(k, in, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
+		return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
 	}
 	var obj unstructured.Unstructured
 	// Kubernetes' JSON decoding keeps whole numbers int64 (as CEL and the
@@ -401,9 +547,12 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	local.SetLabels(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)))
 	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote))
 	ann[naming.AnnotationResourceVersion] = in.GetVersion().GetResourceVersion()
+	if hash != "" {
+		ann[naming.AnnotationContentHash] = hash
+	}
 	local.SetAnnotations(ann)
 
-	_, err = e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if apierrors.IsNotFound(err) && ns != "" {
 		e.mu.Lock()
 		delete(e.namespaces, ns) // deleted behind our back; recreated on retry
@@ -412,11 +561,85 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if err != nil {
 		return nack(in, classify(err), true, "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
 	}
+	e.record(k, in, ns, name, got.GetGeneration())
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 }
 
+// record remembers what was applied for k.
+func (e *Engine) record(k string, in *ferryv1.SyncIntent, ns, name string, generation int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.applied[k] = appliedCopy{intent: in, namespace: ns, name: name, generation: generation}
+}
+
+// drifted tells whether a local copy was changed by someone else since this
+// engine applied it: its generation moved (a spec change; status writes do
+// not move it when the CRD has a status subresource) or its content hash
+// annotation is not the applied one. Unknown copies (applied by an earlier
+// process) are trusted.
+func (e *Engine) drifted(k string, u *unstructured.Unstructured) bool {
+	e.mu.Lock()
+	rec, ok := e.applied[k]
+	e.mu.Unlock()
+	if !ok {
+		return false
+	}
+	return u.GetGeneration() != rec.generation ||
+		u.GetAnnotations()[naming.AnnotationContentHash] != rec.intent.GetUpsert().GetContentHash()
+}
+
+// repair re-applies the recorded desired state of k when its local copy is
+// gone or drifted (called from the apply queue, so it never races an intent
+// of the same object). Server-side apply resets only the fields ferry owns;
+// fields other managers set stay.
+func (e *Engine) repair(ctx context.Context, k string) error {
+	e.mu.Lock()
+	rec, ok := e.applied[k]
+	_, deleting := e.deleting[k]
+	e.mu.Unlock()
+	if !ok || deleting {
+		return nil
+	}
+	pub, w := e.forRemote(rec.intent.GetKey().GetResource())
+	if pub == nil || w == nil {
+		return nil
+	}
+	key := rec.intent.GetKey()
+	existing := e.findLocal(w, naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()})
+	if existing != nil && !e.drifted(k, existing) {
+		return nil
+	}
+	what := "deleted"
+	if existing != nil {
+		what = "changed"
+	}
+	e.opts.Log.Info("local copy "+what+" outside ferry; applying the desired state again", "object", k, "local", nsName(rec.namespace, rec.name))
+	if res := e.apply(ctx, rec.intent); res.GetError() != nil {
+		return fmt.Errorf("%s", res.GetError().GetMessage())
+	}
+	return nil
+}
+
+// delete deletes a local copy. Its deletion is confirmed only when the copy
+// is known to be gone: on a cache miss for a copy this engine applied (the
+// informer may not have seen its own apply yet), the copy is read live.
 func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWatch, existing *unstructured.Unstructured) *ferryv1.IntentResult {
 	k := protocol.ObjectKeyString(in.GetKey())
+	if existing == nil {
+		e.mu.Lock()
+		rec, known := e.applied[k]
+		e.mu.Unlock()
+		if known {
+			got, err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(rec.namespace).Get(ctx, rec.name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return nack(in, classify(err), true, "cannot read %s %s: %v", w.pub.LocalKind, nsName(rec.namespace, rec.name), err)
+			default:
+				existing = got
+			}
+		}
+	}
 	if existing == nil {
 		e.mu.Lock()
 		e.confirmLocked(in)
@@ -446,9 +669,10 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 }
 
 func (e *Engine) confirmLocked(in *ferryv1.SyncIntent) {
-	e.reportID++
-	e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
-		ReportId: e.reportID, Key: in.GetKey(), Version: in.GetVersion(),
+	k := protocol.ObjectKeyString(in.GetKey())
+	delete(e.applied, k)
+	e.report("deleted|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
+		Key: in.GetKey(), Version: in.GetVersion(),
 	}}})
 }
 
@@ -491,8 +715,16 @@ func (e *Engine) ensureNamespace(ctx context.Context, ns string) error {
 	return nil
 }
 
-// localChanged reports the status of a local copy when it changed.
+// localChanged reports the status of a local copy when it changed, and
+// queues a repair when someone else changed what ferry applied.
 func (e *Engine) localChanged(w *localWatch, obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations()); ok {
+			if k := protocol.ObjectKeyString(remoteKey(w.pub, remote)); e.drifted(k, u) {
+				e.queue.Add(k)
+			}
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.reportStatusLocked(w, obj)
@@ -531,9 +763,8 @@ func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
 		return
 	}
 	e.statusSum[k] = sum
-	e.reportID++
-	e.emitLocked(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
-		ReportId: e.reportID, Key: key, Status: data, LocalResourceVersion: u.GetResourceVersion(),
+	e.report("status|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
+		Key: key, Status: data, LocalResourceVersion: u.GetResourceVersion(),
 	}}})
 }
 
@@ -558,6 +789,10 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 	if in, ok := e.deleting[k]; ok {
 		delete(e.deleting, k)
 		e.confirmLocked(in)
+		return
+	}
+	if _, ok := e.applied[k]; ok {
+		e.queue.Add(k) // deleted by someone else: repaired from the record
 	}
 }
 

@@ -6,6 +6,7 @@ package session
 
 import (
 	"fmt"
+	"sync"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/publish"
@@ -18,6 +19,10 @@ type Handler struct {
 	Publish *publish.Store
 	Replica *replica.Engine
 	pending <-chan struct{}
+
+	mu sync.Mutex
+	// publishes holds the publish store's messages not sent yet.
+	publishes []*ferryv1.ConnectRequest
 }
 
 var _ stream.Handler = (*Handler)(nil)
@@ -29,8 +34,11 @@ func NewHandler(p *publish.Store, r *replica.Engine, pending <-chan struct{}) *H
 }
 
 // Connected implements stream.Handler.
-func (h *Handler) Connected(hello *ferryv1.BrokerHello) {
-	h.Replica.Connected()
+func (h *Handler) Connected(hello *ferryv1.BrokerHello, control stream.Sink) {
+	h.mu.Lock()
+	h.publishes = nil
+	h.mu.Unlock()
+	h.Replica.Connected(control)
 	h.Publish.Connected(hello)
 }
 
@@ -40,12 +48,24 @@ func (h *Handler) Disconnected() {
 	h.Replica.Disconnected()
 }
 
-// Pending implements stream.Handler.
-func (h *Handler) Pending() <-chan struct{} { return h.pending }
+// Ready implements stream.Handler.
+func (h *Handler) Ready() <-chan struct{} { return h.pending }
 
-// Outgoing implements stream.Handler: publishes first, then sync reports.
-func (h *Handler) Outgoing() []*ferryv1.ConnectRequest {
-	return append(h.Publish.Outgoing(), h.Replica.Outgoing()...)
+// Next implements stream.Handler: publishes first (the broker needs them
+// before it can sync objects), then inventories and reports.
+func (h *Handler) Next() (*ferryv1.ConnectRequest, bool) {
+	h.mu.Lock()
+	if len(h.publishes) == 0 {
+		h.publishes = h.Publish.Outgoing()
+	}
+	if len(h.publishes) > 0 {
+		m := h.publishes[0]
+		h.publishes = h.publishes[1:]
+		h.mu.Unlock()
+		return m, true
+	}
+	h.mu.Unlock()
+	return h.Replica.Next()
 }
 
 // Handle implements stream.Handler.
@@ -57,7 +77,8 @@ func (h *Handler) Handle(msg *ferryv1.ConnectResponse) error {
 		h.Replica.Handle(m.Intent)
 		return nil
 	case *ferryv1.ConnectResponse_ReportResult:
-		return nil // the broker retries failed writes itself; nothing to redo here
+		h.Replica.ReportResult(m.ReportResult)
+		return nil
 	case *ferryv1.ConnectResponse_ResyncComplete:
 		return nil
 	default:
@@ -67,5 +88,9 @@ func (h *Handler) Handle(msg *ferryv1.ConnectResponse) error {
 
 // TooLarge implements stream.Handler.
 func (h *Handler) TooLarge(msg *ferryv1.ConnectRequest, size, limit int) {
-	h.Publish.TooLarge(msg, size, limit)
+	if msg.GetPublish() != nil {
+		h.Publish.TooLarge(msg, size, limit)
+		return
+	}
+	h.Replica.TooLarge(msg, size, limit)
 }

@@ -53,24 +53,39 @@ type Options struct {
 }
 
 // Handler is the edge's state behind the stream: what to send and what to do
-// with the broker's messages. All calls come from the client's stream loop,
-// one at a time; implementations must not block on the network.
+// with the broker's messages. Implementations must not block on the
+// network.
 type Handler interface {
-	// Connected is called after each accepted handshake.
-	Connected(hello *ferryv1.BrokerHello)
-	// Disconnected is called when an accepted stream ends.
+	// Connected is called after each accepted handshake, before the loops
+	// start; control is the stream's control lane (answers go there).
+	Connected(hello *ferryv1.BrokerHello, control Sink)
+	// Disconnected is called when an accepted stream has ended and its
+	// loops have stopped.
 	Disconnected()
-	// Pending is signalled when Outgoing has messages.
-	Pending() <-chan struct{}
-	// Outgoing returns the messages to send now.
-	Outgoing() []*ferryv1.ConnectRequest
-	// Handle processes a broker message other than heartbeats and hellos;
-	// an error ends the stream.
+	// Ready is signalled when Next may have messages.
+	Ready() <-chan struct{}
+	// Next returns the next bulk message to send, or false (called by the
+	// sender goroutine only).
+	Next() (*ferryv1.ConnectRequest, bool)
+	// Handle processes a broker message other than heartbeats and hellos
+	// (called by the dispatcher goroutine only); an error ends the stream.
 	Handle(msg *ferryv1.ConnectResponse) error
-	// TooLarge reports a message from Outgoing that was not sent because it
+	// TooLarge reports a message from Next that was not sent because it
 	// exceeds the broker's limit.
 	TooLarge(msg *ferryv1.ConnectRequest, size, limit int)
 }
+
+// Sink is the stream's control lane: it never blocks.
+type Sink interface {
+	Control(*ferryv1.ConnectRequest) error
+}
+
+// Stream queue sizes; see the broker's for the reasoning. The control
+// queue holds the answers to every intent the broker's window allows.
+const (
+	receiveQueue    = 256
+	controlCapacity = 8192
+)
 
 // Client keeps one stream to the broker open. Run it once.
 type Client struct {
@@ -146,7 +161,7 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	if err != nil {
 		return false, streamError(stream, err)
 	}
-	r := link.Receive(streamCtx, stream.Recv)
+	r := link.Receive(streamCtx, stream.Recv, receiveQueue)
 	hello, err := receiveHello(r)
 	if err != nil {
 		return false, err
@@ -165,9 +180,35 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 		"virtualWorkspaceReady", export.GetVirtualWorkspaceReady(),
 		"waitingFor", export.GetWaitingFor())
 
-	c.opts.Handler.Connected(hello)
+	loop := link.NewLoop[*ferryv1.ConnectResponse, *ferryv1.ConnectRequest](controlCapacity)
+	c.opts.Handler.Connected(hello, loop)
 	defer c.opts.Handler.Disconnected()
-	return true, c.serve(streamCtx, stream, r, interval, int(hello.GetMaxReceiveMessageBytes()))
+	maxSend := int(hello.GetMaxReceiveMessageBytes())
+	loop.Receiver = r
+	loop.Send = stream.Send
+	loop.Handle = c.handle
+	loop.Bulk = c.opts.Handler.Next
+	loop.BulkReady = c.opts.Handler.Ready()
+	loop.Heartbeat = func(hb *ferryv1.Heartbeat) *ferryv1.ConnectRequest {
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Heartbeat{Heartbeat: hb}}
+	}
+	loop.Interval, loop.DeadAfter = interval, protocol.DeadAfter(interval)
+	loop.MaxSend, loop.Size = maxSend, func(m *ferryv1.ConnectRequest) int { return proto.Size(m) }
+	loop.TooLarge = func(m *ferryv1.ConnectRequest, size int) { c.opts.Handler.TooLarge(m, size, maxSend) }
+	err = loop.Run(streamCtx)
+	if ctx.Err() == nil {
+		cancel() // ends Recv; then the receiver reports why the stream ended
+	}
+	switch {
+	case link.IsEOF(err):
+		err = errors.New("broker closed the stream")
+	case errors.Is(err, link.ErrPeerSilent):
+		err = fmt.Errorf("no message from the broker for %s", protocol.DeadAfter(interval))
+	default:
+		err = sendFailed(r, err)
+	}
+	_ = stream.CloseSend()
+	return true, err
 }
 
 func receiveHello(r link.Receiver[*ferryv1.ConnectResponse]) (*ferryv1.BrokerHello, error) {
@@ -183,50 +224,6 @@ func receiveHello(r link.Receiver[*ferryv1.ConnectResponse]) (*ferryv1.BrokerHel
 		return nil, err
 	case <-timeout.C:
 		return nil, fmt.Errorf("no BrokerHello within %s", protocol.HandshakeTimeout)
-	}
-}
-
-// serve runs an accepted stream until it fails or ctx ends.
-func (c *Client) serve(ctx context.Context, stream ferryv1.SyncService_ConnectClient,
-	r link.Receiver[*ferryv1.ConnectResponse], interval time.Duration, maxSend int,
-) error {
-	clock := link.NewClock(interval, protocol.DeadAfter(interval))
-	defer clock.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			_ = stream.CloseSend()
-			return ctx.Err()
-		case err := <-r.Err:
-			if errors.Is(err, io.EOF) {
-				return errors.New("broker closed the stream")
-			}
-			return err
-		case msg := <-r.C:
-			clock.Received()
-			if err := c.handle(msg); err != nil {
-				return err
-			}
-		case <-c.opts.Handler.Pending():
-			for _, m := range c.opts.Handler.Outgoing() {
-				// The broker would end the whole stream on an oversized
-				// message; refuse just this one instead.
-				if size := proto.Size(m); maxSend > 0 && size > maxSend {
-					c.opts.Handler.TooLarge(m, size, maxSend)
-					continue
-				}
-				if err := stream.Send(m); err != nil {
-					return sendFailed(r, err)
-				}
-			}
-		case <-clock.Beat:
-			err := stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Heartbeat{Heartbeat: clock.Heartbeat()}})
-			if err != nil {
-				return sendFailed(r, err)
-			}
-		case <-clock.Dead:
-			return fmt.Errorf("no message from the broker for %s", protocol.DeadAfter(interval))
-		}
 	}
 }
 

@@ -1,11 +1,19 @@
 package link
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/outbox"
 )
 
 func TestReceiveDeliversInOrderThenError(t *testing.T) {
@@ -17,7 +25,7 @@ func TestReceiveDeliversInOrderThenError(t *testing.T) {
 		}
 		i++
 		return msgs[i-1], nil
-	})
+	}, 1)
 	for _, want := range msgs {
 		if got := <-r.C; got != want {
 			t.Fatalf("got %d, want %d", got, want)
@@ -30,7 +38,7 @@ func TestReceiveDeliversInOrderThenError(t *testing.T) {
 
 func TestReceiveStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := Receive(ctx, func() (int, error) { return 7, nil })
+	r := Receive(ctx, func() (int, error) { return 7, nil }, 0)
 	<-r.C
 	cancel()
 	select {
@@ -43,23 +51,159 @@ func TestReceiveStopsWhenContextEnds(t *testing.T) {
 	}
 }
 
-func TestClockDeadUnlessReceived(t *testing.T) {
-	c := NewClock(time.Hour, 500*time.Millisecond)
-	defer c.Stop()
-	// Keep it alive for a while...
-	for i := 0; i < 5; i++ {
-		time.Sleep(20 * time.Millisecond)
-		c.Received()
-		select {
-		case <-c.Dead:
-			t.Fatal("clock declared the peer dead although messages kept arriving")
-		default:
-		}
+func TestLoopEndsOnSilentPeer(t *testing.T) {
+	l := NewLoop[int, int](1)
+	l.Receiver = Receiver[int]{C: make(chan int), Err: make(chan error)}
+	l.Send = func(int) error { return nil }
+	l.Handle = func(int) error { return nil }
+	l.Heartbeat = func(*ferryv1.Heartbeat) int { return 0 }
+	l.Interval, l.DeadAfter = time.Hour, 200*time.Millisecond
+	if err := l.Run(context.Background()); !errors.Is(err, ErrPeerSilent) {
+		t.Fatalf("want ErrPeerSilent, got %v", err)
 	}
-	// ...then stay silent.
-	select {
-	case <-c.Dead:
-	case <-time.After(10 * time.Second):
-		t.Fatal("clock never declared a silent peer dead")
+}
+
+func TestControlNeverBlocks(t *testing.T) {
+	l := NewLoop[int, int](2)
+	if l.Control(1) != nil || l.Control(2) != nil {
+		t.Fatal("control refused within capacity")
+	}
+	if err := l.Control(3); !errors.Is(err, ErrControlFull) {
+		t.Fatalf("want ErrControlFull, got %v", err)
+	}
+}
+
+func TestOversizedBulkIsReportedNotSent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs := []string{"small", "this one is far too large", "ok"}
+	var sent []string
+	var tooLarge []string
+	l := NewLoop[int, string](4)
+	l.Receiver = Receiver[int]{C: make(chan int), Err: make(chan error)}
+	l.Handle = func(int) error { return nil }
+	l.Heartbeat = func(*ferryv1.Heartbeat) string { return "hb" }
+	l.Interval, l.DeadAfter = time.Hour, time.Hour
+	l.MaxSend, l.Size = 10, func(s string) int { return len(s) }
+	l.TooLarge = func(m string, _ int) { tooLarge = append(tooLarge, m) }
+	l.Bulk = func() (string, bool) {
+		if len(msgs) == 0 {
+			return "", false
+		}
+		m := msgs[0]
+		msgs = msgs[1:]
+		return m, true
+	}
+	l.Send = func(m string) error {
+		sent = append(sent, m)
+		if len(sent) == 2 {
+			cancel()
+		}
+		return nil
+	}
+	_ = l.Run(ctx)
+	if len(sent) != 2 || sent[0] != "small" || sent[1] != "ok" || len(tooLarge) != 1 {
+		t.Fatalf("sent %q, too large %q", sent, tooLarge)
+	}
+}
+
+// TestStreamDoesNotStall pushes thousands of 2 KiB messages both ways at
+// once over real gRPC: intents broker → edge, reports edge → broker, each
+// answered through the control lane. The loop shape this package replaced
+// stalled here after 96 messages per side (both sides blocked in Send).
+func TestStreamDoesNotStall(t *testing.T) {
+	const n, size, window = 5000, 2048, 256
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	payload := string(bytes.Repeat([]byte("x"), size))
+
+	var brokerAcked, edgeAcked atomic.Int64
+	serverErr := make(chan error, 1)
+	client := dialPair(t, ctx, func(s ferryv1.SyncService_ConnectServer) error {
+		wake, ready := NewWake()
+		intents := outbox.New[string, *ferryv1.SyncIntent](window, wake)
+		for i := range n {
+			k := &ferryv1.ObjectKey{Name: payload, Uid: strconv.Itoa(i)}
+			intents.Put(k.GetUid(), &ferryv1.SyncIntent{Key: k})
+		}
+		l := NewLoop[*ferryv1.ConnectRequest, *ferryv1.ConnectResponse](2 * window)
+		l.Receiver = Receive(s.Context(), s.Recv, 64)
+		l.Send = s.Send
+		l.BulkReady = ready
+		l.Heartbeat = func(hb *ferryv1.Heartbeat) *ferryv1.ConnectResponse {
+			return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: hb}}
+		}
+		l.Interval, l.DeadAfter = time.Second, 30*time.Second
+		l.Bulk = func() (*ferryv1.ConnectResponse, bool) {
+			e, ok := intents.Next()
+			if !ok {
+				return nil, false
+			}
+			in := proto.Clone(e.Value).(*ferryv1.SyncIntent)
+			in.Version = &ferryv1.ObjectVersion{Sequence: e.Seq}
+			return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}, true
+		}
+		l.Handle = func(m *ferryv1.ConnectRequest) error {
+			switch m := m.GetMessage().(type) {
+			case *ferryv1.ConnectRequest_IntentResult:
+				if _, ok := intents.Ack(m.IntentResult.GetKey().GetUid(), m.IntentResult.GetVersion().GetSequence()); ok {
+					brokerAcked.Add(1)
+				}
+			case *ferryv1.ConnectRequest_StatusReport:
+				return l.Control(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{
+					ReportResult: &ferryv1.ReportResult{ReportId: m.StatusReport.GetReportId()}}})
+			}
+			return nil
+		}
+		err := l.Run(ctx)
+		serverErr <- err
+		return err
+	})
+
+	wake, ready := NewWake()
+	reports := outbox.New[string, *ferryv1.StatusReport](window, wake)
+	for i := range n {
+		reports.Put(strconv.Itoa(i), &ferryv1.StatusReport{Status: []byte(payload)})
+	}
+	l := NewLoop[*ferryv1.ConnectResponse, *ferryv1.ConnectRequest](2 * window)
+	l.Receiver = Receive(ctx, client.Recv, 64)
+	l.Send = client.Send
+	l.BulkReady = ready
+	l.Heartbeat = func(hb *ferryv1.Heartbeat) *ferryv1.ConnectRequest {
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Heartbeat{Heartbeat: hb}}
+	}
+	l.Interval, l.DeadAfter = time.Second, 30*time.Second
+	l.Bulk = func() (*ferryv1.ConnectRequest, bool) {
+		e, ok := reports.Next()
+		if !ok {
+			return nil, false
+		}
+		r := proto.Clone(e.Value).(*ferryv1.StatusReport)
+		r.ReportId = e.Seq
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: r}}, true
+	}
+	loopCtx, stop := context.WithCancel(ctx)
+	l.Handle = func(m *ferryv1.ConnectResponse) error {
+		switch m := m.GetMessage().(type) {
+		case *ferryv1.ConnectResponse_Intent:
+			return l.Control(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: &ferryv1.IntentResult{
+				Key: m.Intent.GetKey(), Version: m.Intent.GetVersion()}}})
+		case *ferryv1.ConnectResponse_ReportResult:
+			if _, ok := reports.AckSeq(m.ReportResult.GetReportId()); ok {
+				edgeAcked.Add(1)
+			}
+		}
+		if brokerAcked.Load() == n && edgeAcked.Load() == n {
+			stop()
+		}
+		return nil
+	}
+	err := l.Run(loopCtx)
+	if brokerAcked.Load() != n || edgeAcked.Load() != n {
+		t.Fatalf("stalled: broker got %d of %d intent results, edge got %d of %d report results (loop: %v)",
+			brokerAcked.Load(), n, edgeAcked.Load(), n, err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("loop ended with %v", err)
 	}
 }

@@ -14,8 +14,13 @@ const (
 	AnnotationName          = "ferry.dev/remote-name"
 	AnnotationUID           = "ferry.dev/remote-uid"
 	AnnotationWorkspacePath = "ferry.dev/remote-workspace-path"
-	// AnnotationResourceVersion is the kcp resourceVersion last applied.
+	// AnnotationResourceVersion is the kcp resourceVersion last applied
+	// (informational).
 	AnnotationResourceVersion = "ferry.dev/remote-resource-version"
+	// AnnotationContentHash is the broker's hash of the desired state last
+	// applied; the inventory reports it, so an unchanged object is never
+	// applied again.
+	AnnotationContentHash = "ferry.dev/content-hash"
 
 	// LabelRelatedTo, on a copy of a related object (on either side), is the
 	// kcp UID of its primary object; LabelRelatedIdentifier is the related[]

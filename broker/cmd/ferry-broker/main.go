@@ -63,6 +63,7 @@ func run(args []string) error {
 		Publisher:         publish.NewPublisher(kcpClient, log.WithName("publish")),
 		KCP:               completed.KCP,
 		InFlightWindow:    opts.InFlightWindow,
+		EngineIdleTimeout: opts.EngineIdleTimeout,
 		HeartbeatInterval: opts.HeartbeatInterval,
 		MaxMessageBytes:   opts.MaxMessageBytes,
 		ShutdownTimeout:   opts.ShutdownTimeout,

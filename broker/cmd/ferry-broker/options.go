@@ -27,6 +27,7 @@ type Options struct {
 	MaxMessageBytes   uint32
 	ShutdownTimeout   time.Duration
 	InFlightWindow    int
+	EngineIdleTimeout time.Duration
 	ClientQPS         float32
 	ClientBurst       int
 	Zap               zap.Options
@@ -40,6 +41,7 @@ func NewOptions() *Options {
 		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
 		ShutdownTimeout:   10 * time.Second,
 		InFlightWindow:    256,
+		EngineIdleTimeout: 15 * time.Minute,
 	}
 }
 
@@ -53,6 +55,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLS.CAFile, "client-ca", o.TLS.CAFile, "CA bundle (PEM) that signs edge and admin client certificates; reloaded when the file changes.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to edges; a stream silent for three intervals is closed.")
 	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from an edge, in bytes.")
+	fs.DurationVar(&o.EngineIdleTimeout, "engine-idle-timeout", o.EngineIdleTimeout, "How long an APIExport's sync engine (kcp watches, caches, outbox) is kept while no edge is connected; a reconnect within it costs no re-list from kcp.")
 	fs.IntVar(&o.InFlightWindow, "in-flight-window", o.InFlightWindow, "Sync intents that may await the edge's result at once, per edge (backpressure).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight calls may take to finish on SIGTERM.")
 	fs.Float32Var(&o.ClientQPS, "client-qps", 50, "Requests per second to the Kubernetes API (kcp for the broker, the service cluster for the edge).")
@@ -89,6 +92,9 @@ func (o *Options) Validate() error {
 	}
 	if o.InFlightWindow < 1 {
 		errs = append(errs, errors.New("--in-flight-window must be at least 1"))
+	}
+	if o.EngineIdleTimeout <= 0 {
+		errs = append(errs, errors.New("--engine-idle-timeout must be positive"))
 	}
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))

@@ -186,7 +186,10 @@ type Edge struct {
 	// The edge's build version.
 	EdgeVersion string `protobuf:"bytes,10,opt,name=edge_version,json=edgeVersion,proto3" json:"edge_version,omitempty"`
 	// State of the APIExport as the broker last saw it.
-	ExportStatus  *ExportStatus `protobuf:"bytes,11,opt,name=export_status,json=exportStatus,proto3" json:"export_status,omitempty"`
+	ExportStatus *ExportStatus `protobuf:"bytes,11,opt,name=export_status,json=exportStatus,proto3" json:"export_status,omitempty"`
+	// The broker's sync engine for the APIExport; set while it runs (it
+	// outlives streams).
+	Engine        *EngineStatus `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -298,6 +301,107 @@ func (x *Edge) GetExportStatus() *ExportStatus {
 	return nil
 }
 
+func (x *Edge) GetEngine() *EngineStatus {
+	if x != nil {
+		return x.Engine
+	}
+	return nil
+}
+
+// EngineStatus describes the broker's long-lived sync engine of an APIExport.
+type EngineStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the engine started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// Streams that attached to the engine since it started.
+	Attachments uint64 `protobuf:"varint,2,opt,name=attachments,proto3" json:"attachments,omitempty"`
+	// Initial lists of published and related resources the engine made in kcp
+	// since it started (through the APIExport's virtual workspace). A
+	// reconnecting edge does not make it grow: the engine's caches outlive
+	// streams.
+	KcpLists uint64 `protobuf:"varint,3,opt,name=kcp_lists,json=kcpLists,proto3" json:"kcp_lists,omitempty"`
+	// Intents waiting to be sent.
+	OutboxPending uint32 `protobuf:"varint,4,opt,name=outbox_pending,json=outboxPending,proto3" json:"outbox_pending,omitempty"`
+	// Intents sent and not answered yet.
+	OutboxInFlight uint32 `protobuf:"varint,5,opt,name=outbox_in_flight,json=outboxInFlight,proto3" json:"outbox_in_flight,omitempty"`
+	// Objects in the engine's caches, all published resources together.
+	Objects       uint32 `protobuf:"varint,6,opt,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineStatus) Reset() {
+	*x = EngineStatus{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineStatus) ProtoMessage() {}
+
+func (x *EngineStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineStatus.ProtoReflect.Descriptor instead.
+func (*EngineStatus) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EngineStatus) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *EngineStatus) GetAttachments() uint64 {
+	if x != nil {
+		return x.Attachments
+	}
+	return 0
+}
+
+func (x *EngineStatus) GetKcpLists() uint64 {
+	if x != nil {
+		return x.KcpLists
+	}
+	return 0
+}
+
+func (x *EngineStatus) GetOutboxPending() uint32 {
+	if x != nil {
+		return x.OutboxPending
+	}
+	return 0
+}
+
+func (x *EngineStatus) GetOutboxInFlight() uint32 {
+	if x != nil {
+		return x.OutboxInFlight
+	}
+	return 0
+}
+
+func (x *EngineStatus) GetObjects() uint32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
 var File_ferry_v1alpha1_admin_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
@@ -305,7 +409,7 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\x1aferry/v1alpha1/admin.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
 	"\x10ListEdgesRequest\"?\n" +
 	"\x11ListEdgesResponse\x12*\n" +
-	"\x05edges\x18\x01 \x03(\v2\x14.ferry.v1alpha1.EdgeR\x05edges\"\xf9\x03\n" +
+	"\x05edges\x18\x01 \x03(\v2\x14.ferry.v1alpha1.EdgeR\x05edges\"\xaf\x04\n" +
 	"\x04Edge\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12:\n" +
 	"\x06export\x18\x02 \x01(\v2\".ferry.v1alpha1.APIExportReferenceR\x06export\x12/\n" +
@@ -320,7 +424,16 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\x10protocol_version\x18\t \x01(\rR\x0fprotocolVersion\x12!\n" +
 	"\fedge_version\x18\n" +
 	" \x01(\tR\vedgeVersion\x12A\n" +
-	"\rexport_status\x18\v \x01(\v2\x1c.ferry.v1alpha1.ExportStatusR\fexportStatus*^\n" +
+	"\rexport_status\x18\v \x01(\v2\x1c.ferry.v1alpha1.ExportStatusR\fexportStatus\x124\n" +
+	"\x06engine\x18\f \x01(\v2\x1c.ferry.v1alpha1.EngineStatusR\x06engine\"\xf3\x01\n" +
+	"\fEngineStatus\x129\n" +
+	"\n" +
+	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12 \n" +
+	"\vattachments\x18\x02 \x01(\x04R\vattachments\x12\x1b\n" +
+	"\tkcp_lists\x18\x03 \x01(\x04R\bkcpLists\x12%\n" +
+	"\x0eoutbox_pending\x18\x04 \x01(\rR\routboxPending\x12(\n" +
+	"\x10outbox_in_flight\x18\x05 \x01(\rR\x0eoutboxInFlight\x12\x18\n" +
+	"\aobjects\x18\x06 \x01(\rR\aobjects*^\n" +
 	"\tEdgeState\x12\x1a\n" +
 	"\x16EDGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17EDGE_STATE_DISCONNECTED\x10\x01\x12\x18\n" +
@@ -341,30 +454,33 @@ func file_ferry_v1alpha1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1alpha1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_ferry_v1alpha1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_ferry_v1alpha1_admin_proto_goTypes = []any{
 	(EdgeState)(0),                // 0: ferry.v1alpha1.EdgeState
 	(*ListEdgesRequest)(nil),      // 1: ferry.v1alpha1.ListEdgesRequest
 	(*ListEdgesResponse)(nil),     // 2: ferry.v1alpha1.ListEdgesResponse
 	(*Edge)(nil),                  // 3: ferry.v1alpha1.Edge
-	(*APIExportReference)(nil),    // 4: ferry.v1alpha1.APIExportReference
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*ExportStatus)(nil),          // 6: ferry.v1alpha1.ExportStatus
+	(*EngineStatus)(nil),          // 4: ferry.v1alpha1.EngineStatus
+	(*APIExportReference)(nil),    // 5: ferry.v1alpha1.APIExportReference
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*ExportStatus)(nil),          // 7: ferry.v1alpha1.ExportStatus
 }
 var file_ferry_v1alpha1_admin_proto_depIdxs = []int32{
 	3, // 0: ferry.v1alpha1.ListEdgesResponse.edges:type_name -> ferry.v1alpha1.Edge
-	4, // 1: ferry.v1alpha1.Edge.export:type_name -> ferry.v1alpha1.APIExportReference
+	5, // 1: ferry.v1alpha1.Edge.export:type_name -> ferry.v1alpha1.APIExportReference
 	0, // 2: ferry.v1alpha1.Edge.state:type_name -> ferry.v1alpha1.EdgeState
-	5, // 3: ferry.v1alpha1.Edge.connected_at:type_name -> google.protobuf.Timestamp
-	5, // 4: ferry.v1alpha1.Edge.last_seen:type_name -> google.protobuf.Timestamp
-	6, // 5: ferry.v1alpha1.Edge.export_status:type_name -> ferry.v1alpha1.ExportStatus
-	1, // 6: ferry.v1alpha1.AdminService.ListEdges:input_type -> ferry.v1alpha1.ListEdgesRequest
-	2, // 7: ferry.v1alpha1.AdminService.ListEdges:output_type -> ferry.v1alpha1.ListEdgesResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	6, // 3: ferry.v1alpha1.Edge.connected_at:type_name -> google.protobuf.Timestamp
+	6, // 4: ferry.v1alpha1.Edge.last_seen:type_name -> google.protobuf.Timestamp
+	7, // 5: ferry.v1alpha1.Edge.export_status:type_name -> ferry.v1alpha1.ExportStatus
+	4, // 6: ferry.v1alpha1.Edge.engine:type_name -> ferry.v1alpha1.EngineStatus
+	6, // 7: ferry.v1alpha1.EngineStatus.started_at:type_name -> google.protobuf.Timestamp
+	1, // 8: ferry.v1alpha1.AdminService.ListEdges:input_type -> ferry.v1alpha1.ListEdgesRequest
+	2, // 9: ferry.v1alpha1.AdminService.ListEdges:output_type -> ferry.v1alpha1.ListEdgesResponse
+	9, // [9:10] is the sub-list for method output_type
+	8, // [8:9] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_admin_proto_init() }
@@ -379,7 +495,7 @@ func file_ferry_v1alpha1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_admin_proto_rawDesc), len(file_ferry_v1alpha1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

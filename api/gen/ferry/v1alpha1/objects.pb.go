@@ -39,6 +39,10 @@ const (
 	ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE ApplyErrorReason = 5
 	// A conflicting local object exists that the edge must not adopt.
 	ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT ApplyErrorReason = 6
+	// The edge cannot act on the resource yet (its watch of the local copies
+	// has not listed, e.g. for lack of RBAC); always retryable. Other
+	// resources keep syncing.
+	ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY ApplyErrorReason = 7
 )
 
 // Enum value maps for ApplyErrorReason.
@@ -51,6 +55,7 @@ var (
 		4: "APPLY_ERROR_REASON_TOO_LARGE",
 		5: "APPLY_ERROR_REASON_UNAVAILABLE",
 		6: "APPLY_ERROR_REASON_CONFLICT",
+		7: "APPLY_ERROR_REASON_NOT_READY",
 	}
 	ApplyErrorReason_value = map[string]int32{
 		"APPLY_ERROR_REASON_UNSPECIFIED":   0,
@@ -60,6 +65,7 @@ var (
 		"APPLY_ERROR_REASON_TOO_LARGE":     4,
 		"APPLY_ERROR_REASON_UNAVAILABLE":   5,
 		"APPLY_ERROR_REASON_CONFLICT":      6,
+		"APPLY_ERROR_REASON_NOT_READY":     7,
 	}
 )
 
@@ -506,6 +512,11 @@ type UpsertIntent struct {
 	// Workspace path of the object's workspace (e.g. "root:org:team"); set only
 	// when the PublishedResource enables workspace paths.
 	WorkspacePath string `protobuf:"bytes,2,opt,name=workspace_path,json=workspacePath,proto3" json:"workspace_path,omitempty"`
+	// Hash of the desired state (object and workspace path), computed by the
+	// broker. Required. The edge records it on the local copy and reports it in
+	// its inventory; an unchanged hash means nothing to apply, whatever the kcp
+	// resource version (a status write in kcp changes only the latter).
+	ContentHash   string `protobuf:"bytes,3,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +561,13 @@ func (x *UpsertIntent) GetObject() []byte {
 func (x *UpsertIntent) GetWorkspacePath() string {
 	if x != nil {
 		return x.WorkspacePath
+	}
+	return ""
+}
+
+func (x *UpsertIntent) GetContentHash() string {
+	if x != nil {
+		return x.ContentHash
 	}
 	return ""
 }
@@ -825,12 +843,15 @@ type InventoryEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The kcp object the local copy belongs to. Required.
 	Key *ObjectKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// The kcp resource version last applied locally.
+	// The kcp resource version last applied locally (informational).
 	AppliedResourceVersion string `protobuf:"bytes,2,opt,name=applied_resource_version,json=appliedResourceVersion,proto3" json:"applied_resource_version,omitempty"`
 	// Name of the PublishedResource that produced the local copy.
 	PublishedResource string `protobuf:"bytes,3,opt,name=published_resource,json=publishedResource,proto3" json:"published_resource,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// UpsertIntent.content_hash of the state last applied locally; the broker
+	// re-sends the object only when its current hash differs.
+	AppliedHash   string `protobuf:"bytes,4,opt,name=applied_hash,json=appliedHash,proto3" json:"applied_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InventoryEntry) Reset() {
@@ -880,6 +901,13 @@ func (x *InventoryEntry) GetAppliedResourceVersion() string {
 func (x *InventoryEntry) GetPublishedResource() string {
 	if x != nil {
 		return x.PublishedResource
+	}
+	return ""
+}
+
+func (x *InventoryEntry) GetAppliedHash() string {
+	if x != nil {
+		return x.AppliedHash
 	}
 	return ""
 }
@@ -944,8 +972,12 @@ type StatusReport struct {
 	Status []byte `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	// metadata.resourceVersion of the local copy it was read from.
 	LocalResourceVersion string `protobuf:"bytes,4,opt,name=local_resource_version,json=localResourceVersion,proto3" json:"local_resource_version,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Set instead of status when the edge could not send it (e.g. larger than
+	// the broker accepts); the broker records it as a Warning Event on the kcp
+	// object. Optional.
+	Error         *ApplyError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusReport) Reset() {
@@ -1006,6 +1038,13 @@ func (x *StatusReport) GetLocalResourceVersion() string {
 	return ""
 }
 
+func (x *StatusReport) GetError() *ApplyError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // RelatedObjectReport carries a related object that originates on the
 // service cluster, sent edge → broker. The broker finds the kcp-side name and
 // namespace itself, by evaluating the related[] entry's reference on the kcp
@@ -1033,6 +1072,7 @@ type RelatedObjectReport struct {
 	//	*RelatedObjectReport_Object
 	//	*RelatedObjectReport_Gone
 	//	*RelatedObjectReport_Unresolved
+	//	*RelatedObjectReport_Error
 	State         isRelatedObjectReport_State `protobuf_oneof:"state"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1137,6 +1177,15 @@ func (x *RelatedObjectReport) GetUnresolved() *RelatedObjectUnresolved {
 	return nil
 }
 
+func (x *RelatedObjectReport) GetError() *ApplyError {
+	if x != nil {
+		if x, ok := x.State.(*RelatedObjectReport_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
 type isRelatedObjectReport_State interface {
 	isRelatedObjectReport_State()
 }
@@ -1157,11 +1206,19 @@ type RelatedObjectReport_Unresolved struct {
 	Unresolved *RelatedObjectUnresolved `protobuf:"bytes,8,opt,name=unresolved,proto3,oneof"`
 }
 
+type RelatedObjectReport_Error struct {
+	// The edge found the object but could not send it (e.g. larger than the
+	// broker accepts); recorded as a Warning Event on the kcp primary.
+	Error *ApplyError `protobuf:"bytes,9,opt,name=error,proto3,oneof"`
+}
+
 func (*RelatedObjectReport_Object) isRelatedObjectReport_State() {}
 
 func (*RelatedObjectReport_Gone) isRelatedObjectReport_State() {}
 
 func (*RelatedObjectReport_Unresolved) isRelatedObjectReport_State() {}
+
+func (*RelatedObjectReport_Error) isRelatedObjectReport_State() {}
 
 // RelatedObjectGone reports that a related object does not exist locally.
 type RelatedObjectGone struct {
@@ -1314,12 +1371,15 @@ func (x *DeletionConfirmation) GetVersion() *ObjectVersion {
 
 // ReportResult answers a StatusReport, RelatedObjectReport or
 // DeletionConfirmation, sent broker → edge. The edge re-sends unanswered
-// reports after a reconnect.
+// reports after a reconnect. The broker answers once it has written the
+// report into kcp, or found it needs no write, or failed for good; it
+// retries transient kcp failures itself before answering.
 type ReportResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The report's report_id. Required.
 	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
-	// Unset when the broker wrote the report into kcp; set when it failed.
+	// Unset when the broker wrote the report into kcp (or nothing needed
+	// writing); set when it failed for good (retryable is then false).
 	Error         *ApplyError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1405,10 +1465,11 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"related_to\x18\x04 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\x126\n" +
 	"\x06upsert\x18\x05 \x01(\v2\x1c.ferry.v1alpha1.UpsertIntentH\x00R\x06upsert\x126\n" +
 	"\x06delete\x18\x06 \x01(\v2\x1c.ferry.v1alpha1.DeleteIntentH\x00R\x06deleteB\v\n" +
-	"\toperation\"M\n" +
+	"\toperation\"p\n" +
 	"\fUpsertIntent\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\fR\x06object\x12%\n" +
-	"\x0eworkspace_path\x18\x02 \x01(\tR\rworkspacePath\"\x0e\n" +
+	"\x0eworkspace_path\x18\x02 \x01(\tR\rworkspacePath\x12!\n" +
+	"\fcontent_hash\x18\x03 \x01(\tR\vcontentHash\"\x0e\n" +
 	"\fDeleteIntent\"~\n" +
 	"\n" +
 	"ApplyError\x128\n" +
@@ -1427,18 +1488,20 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\tInventory\x128\n" +
 	"\aentries\x18\x01 \x03(\v2\x1e.ferry.v1alpha1.InventoryEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12-\n" +
-	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\"\xa6\x01\n" +
+	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\"\xc9\x01\n" +
 	"\x0eInventoryEntry\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x128\n" +
 	"\x18applied_resource_version\x18\x02 \x01(\tR\x16appliedResourceVersion\x12-\n" +
-	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\"7\n" +
+	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\x12!\n" +
+	"\fapplied_hash\x18\x04 \x01(\tR\vappliedHash\"7\n" +
 	"\x0eResyncComplete\x12%\n" +
-	"\x0equeued_intents\x18\x01 \x01(\rR\rqueuedIntents\"\xa6\x01\n" +
+	"\x0equeued_intents\x18\x01 \x01(\rR\rqueuedIntents\"\xd8\x01\n" +
 	"\fStatusReport\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\fR\x06status\x124\n" +
-	"\x16local_resource_version\x18\x04 \x01(\tR\x14localResourceVersion\"\x9d\x03\n" +
+	"\x16local_resource_version\x18\x04 \x01(\tR\x14localResourceVersion\x120\n" +
+	"\x05error\x18\x05 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\"\xd1\x03\n" +
 	"\x13RelatedObjectReport\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x128\n" +
 	"\n" +
@@ -1451,7 +1514,8 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x04gone\x18\a \x01(\v2!.ferry.v1alpha1.RelatedObjectGoneH\x00R\x04gone\x12I\n" +
 	"\n" +
 	"unresolved\x18\b \x01(\v2'.ferry.v1alpha1.RelatedObjectUnresolvedH\x00R\n" +
-	"unresolvedB\a\n" +
+	"unresolved\x122\n" +
+	"\x05error\x18\t \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorH\x00R\x05errorB\a\n" +
 	"\x05state\"\x13\n" +
 	"\x11RelatedObjectGone\"3\n" +
 	"\x17RelatedObjectUnresolved\x12\x18\n" +
@@ -1462,7 +1526,7 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\"]\n" +
 	"\fReportResult\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x120\n" +
-	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error*\x84\x02\n" +
+	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error*\xa6\x02\n" +
 	"\x10ApplyErrorReason\x12\"\n" +
 	"\x1eAPPLY_ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bAPPLY_ERROR_REASON_REJECTED\x10\x01\x12$\n" +
@@ -1470,7 +1534,8 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x1aAPPLY_ERROR_REASON_INVALID\x10\x03\x12 \n" +
 	"\x1cAPPLY_ERROR_REASON_TOO_LARGE\x10\x04\x12\"\n" +
 	"\x1eAPPLY_ERROR_REASON_UNAVAILABLE\x10\x05\x12\x1f\n" +
-	"\x1bAPPLY_ERROR_REASON_CONFLICT\x10\x06BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\x1bAPPLY_ERROR_REASON_CONFLICT\x10\x06\x12 \n" +
+	"\x1cAPPLY_ERROR_REASON_NOT_READY\x10\aBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_objects_proto_rawDescOnce sync.Once
@@ -1523,18 +1588,20 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	11, // 12: ferry.v1alpha1.Inventory.entries:type_name -> ferry.v1alpha1.InventoryEntry
 	2,  // 13: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
 	2,  // 14: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
-	4,  // 15: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	1,  // 16: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	15, // 17: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
-	16, // 18: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
-	2,  // 19: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
-	3,  // 20: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
-	8,  // 21: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	8,  // 15: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
+	4,  // 16: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	1,  // 17: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	15, // 18: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
+	16, // 19: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
+	8,  // 20: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
+	2,  // 21: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
+	3,  // 22: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
+	8,  // 23: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
@@ -1550,6 +1617,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 		(*RelatedObjectReport_Object)(nil),
 		(*RelatedObjectReport_Gone)(nil),
 		(*RelatedObjectReport_Unresolved)(nil),
+		(*RelatedObjectReport_Error)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

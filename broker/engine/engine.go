@@ -1,0 +1,224 @@
+// Package engine is the broker's long-lived sync engine for one APIExport.
+// It owns everything that must outlive an edge's stream: the virtual
+// workspace watches and caches (replicate.Manager), the outbox of intents,
+// the writers of reports into kcp and the publishing of PublishedResources.
+//
+// A stream attaches to the engine and detaches from it. On attach,
+// unanswered intents are queued again and every resource waits for the
+// edge's inventory, which is compared with the caches in memory; a reconnect
+// costs no list in kcp, no re-publish of an unchanged schema and no write of
+// an unchanged status.
+//
+// The engine's invariants:
+//   - at most one stream is attached (the server's registry guarantees it);
+//   - every intent is answered or re-sent on the next stream;
+//   - every report is answered once it is written, found unnecessary or
+//     failed for good; transient kcp failures are retried here, not by the
+//     edge.
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/client-go/rest"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/pkg/link"
+)
+
+// VirtualWorkspaceWatcher reports an APIExport's virtual workspace URL on
+// every change until ctx ends (blocking). Implemented by *kcp.Resolver.
+type VirtualWorkspaceWatcher interface {
+	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(url string))
+}
+
+// Sink is the attached stream's control lane (link.Loop.Control): it never
+// blocks and fails only when the stream is overrun.
+type Sink interface {
+	Control(*ferryv1.ConnectResponse) error
+}
+
+// Options configure an Engine. All fields are required.
+type Options struct {
+	// Export is the APIExport the engine serves.
+	Export config.APIExportRef
+	// LogicalCluster is the export's workspace's logical cluster name.
+	LogicalCluster string
+	// Agent is the edge's agent name; the finalizer is "ferry.dev/<agent>".
+	Agent string
+	// KCP is the broker's kcp rest config.
+	KCP *rest.Config
+	// Publisher applies Publish messages to kcp.
+	Publisher PublishApplier
+	// Watcher follows the export's virtual workspace URL.
+	Watcher VirtualWorkspaceWatcher
+	// Epoch is the broker epoch stamped on intent versions.
+	Epoch uint64
+	// Window is how many intents may await the edge's answer.
+	Window int
+	// InventoryGate bounds the wait for the edge's inventory after attach.
+	InventoryGate time.Duration
+	// Log receives logs.
+	Log logr.Logger
+}
+
+// Engine is one APIExport's sync engine. Create with New, then Run.
+type Engine struct {
+	opts      Options
+	intents   *replicate.Intents
+	mgr       *replicate.Manager
+	reports   *reportWorker
+	publisher *publishWorker
+	bulkReady <-chan struct{}
+	started   time.Time
+
+	attachments atomic.Uint64
+
+	mu    sync.Mutex
+	sink  Sink
+	vwURL string
+	// vwKnown tells whether the watch reported the URL at least once.
+	vwKnown bool
+}
+
+// New returns an engine; nothing runs before Run.
+func New(o Options) *Engine {
+	wake, ready := link.NewWake()
+	e := &Engine{opts: o, bulkReady: ready, started: time.Now()}
+	e.intents = replicate.NewIntents(o.Epoch, o.Window, wake)
+	e.mgr = replicate.NewManager(replicate.Options{
+		KCP: o.KCP, Agent: o.Agent, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
+	})
+	e.reports = newReportWorker(e.mgr, e.control, o.Log.WithName("reports"))
+	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr)
+	return e
+}
+
+// Run runs the engine until ctx ends and returns when all its goroutines
+// have stopped.
+func (e *Engine) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { e.mgr.Run(ctx, 4) })
+	wg.Go(func() { e.reports.run(ctx, 4) })
+	wg.Go(func() { e.publisher.run(ctx) })
+	wg.Go(func() { e.opts.Watcher.WatchVirtualWorkspace(ctx, e.opts.Export, e.virtualWorkspaceChanged) })
+	wg.Wait()
+}
+
+func (e *Engine) virtualWorkspaceChanged(url string) {
+	e.mgr.SetVirtualWorkspace(url)
+	e.mu.Lock()
+	e.vwURL, e.vwKnown = url, true
+	e.mu.Unlock()
+	e.control(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ExportStatus{ExportStatus: e.exportStatus()}})
+}
+
+// VirtualWorkspaceURL is the export's virtual workspace URL as last seen, and
+// whether it was seen at all.
+func (e *Engine) VirtualWorkspaceURL() (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.vwURL, e.vwKnown
+}
+
+func (e *Engine) exportStatus() *ferryv1.ExportStatus {
+	url, _ := e.VirtualWorkspaceURL()
+	return ExportStatus(e.opts.Export, e.opts.LogicalCluster, url)
+}
+
+// Agent is the agent name the engine's finalizers carry.
+func (e *Engine) Agent() string { return e.opts.Agent }
+
+// Attach makes sink the engine's stream. The caller detaches (calling the
+// returned function) after the stream's loops have stopped.
+func (e *Engine) Attach(sink Sink) (detach func()) {
+	e.mu.Lock()
+	e.sink = sink
+	e.mu.Unlock()
+	e.attachments.Add(1)
+	e.mgr.Attach()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			if e.sink == sink {
+				e.sink = nil
+			}
+			e.mu.Unlock()
+			e.mgr.Detach()
+		})
+	}
+}
+
+// control sends m on the attached stream's control lane; without a stream
+// it is dropped (the edge re-sends what is unanswered on the next stream).
+func (e *Engine) control(m *ferryv1.ConnectResponse) {
+	e.mu.Lock()
+	sink := e.sink
+	e.mu.Unlock()
+	if sink == nil {
+		return
+	}
+	if err := sink.Control(m); err != nil {
+		e.opts.Log.Error(err, "cannot queue a message for the edge; the stream ends")
+	}
+}
+
+func (e *Engine) publishResult(r *ferryv1.PublishResult) {
+	e.control(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_PublishResult{PublishResult: r}})
+}
+
+// BulkReady is signalled when NextIntent may have something.
+func (e *Engine) BulkReady() <-chan struct{} { return e.bulkReady }
+
+// NextIntent returns the next intent to send within the window.
+func (e *Engine) NextIntent() (*ferryv1.ConnectResponse, bool) {
+	in := e.intents.Next()
+	if in == nil {
+		return nil, false
+	}
+	return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}, true
+}
+
+// TooLarge takes an intent the edge would refuse for its size: it counts
+// as failed for its object, visibly (a Warning Event on the kcp object).
+func (e *Engine) TooLarge(m *ferryv1.ConnectResponse, size, limit int) {
+	in := m.GetIntent()
+	if in == nil {
+		return
+	}
+	e.intents.Done(in.GetKey(), in.GetRelatedTo(), in.GetVersion())
+	primary := in.GetKey()
+	if rt := in.GetRelatedTo(); rt != nil {
+		primary = rt.GetPrimary()
+	}
+	e.opts.Log.Info("object not synced: larger than the edge accepts", "object", replicate.KeyString(in.GetKey()), "bytes", size, "limit", limit)
+	e.reports.add(reportTask{pr: in.GetPublishedResource(), key: primary, failure: &ferryv1.ApplyError{
+		Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE,
+		Message: tooLargeMessage(size, limit),
+	}})
+}
+
+// Status describes the engine for the admin API.
+func (e *Engine) Status() *ferryv1.EngineStatus {
+	st := e.intents.Stats()
+	return &ferryv1.EngineStatus{
+		StartedAt:      timestamppb.New(e.started),
+		Attachments:    e.attachments.Load(),
+		KcpLists:       e.mgr.Lists(),
+		OutboxPending:  uint32(st.Pending),
+		OutboxInFlight: uint32(st.InFlight),
+		Objects:        uint32(e.mgr.Objects()),
+	}
+}
+
+// Size is the wire size of a message to the edge.
+func Size(m *ferryv1.ConnectResponse) int { return proto.Size(m) }

@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/replicate"
+)
+
+// Handle processes one message from the attached edge. It never blocks on
+// the network: kcp work is queued for the engine's workers. An error is a
+// protocol violation that ends the stream (a gRPC status).
+func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
+	switch m := msg.GetMessage().(type) {
+	case *ferryv1.ConnectRequest_Heartbeat:
+		return nil
+	case *ferryv1.ConnectRequest_Publish:
+		// The export is the engine's own: an edge can only publish into the
+		// APIExport its identity is configured for.
+		name := m.Publish.GetPublishedResource()
+		if name == "" || len(m.Publish.GetSpec()) == 0 || len(m.Publish.GetCustomResourceDefinition()) == 0 {
+			return status.Error(codes.InvalidArgument, "Publish needs published_resource, spec and custom_resource_definition")
+		}
+		e.publisher.enqueue(name, msg)
+		return nil
+	case *ferryv1.ConnectRequest_Unpublish:
+		name := m.Unpublish.GetPublishedResource()
+		if name == "" {
+			return status.Error(codes.InvalidArgument, "Unpublish needs published_resource")
+		}
+		e.publisher.enqueue(name, msg)
+		return nil
+	case *ferryv1.ConnectRequest_IntentResult:
+		e.intentResult(m.IntentResult)
+		return nil
+	case *ferryv1.ConnectRequest_StatusReport:
+		if m.StatusReport.GetKey() == nil {
+			return status.Error(codes.InvalidArgument, "StatusReport needs key")
+		}
+		e.reports.add(reportTask{id: m.StatusReport.GetReportId(), key: m.StatusReport.GetKey(), status: m.StatusReport})
+		return nil
+	case *ferryv1.ConnectRequest_RelatedObjectReport:
+		r := m.RelatedObjectReport
+		if r.GetRelatedTo().GetPrimary() == nil {
+			return status.Error(codes.InvalidArgument, "related object report without related_to.primary")
+		}
+		e.reports.add(reportTask{id: r.GetReportId(), key: r.GetRelatedTo().GetPrimary(), related: r})
+		return nil
+	case *ferryv1.ConnectRequest_DeletionConfirmation:
+		if m.DeletionConfirmation.GetKey() == nil {
+			return status.Error(codes.InvalidArgument, "DeletionConfirmation needs key")
+		}
+		e.reports.add(reportTask{id: m.DeletionConfirmation.GetReportId(), key: m.DeletionConfirmation.GetKey(), deletion: true})
+		return nil
+	case *ferryv1.ConnectRequest_Inventory:
+		if m.Inventory.GetPublishedResource() == "" {
+			return status.Error(codes.InvalidArgument, "Inventory needs published_resource")
+		}
+		e.mgr.Inventory(m.Inventory)
+		return nil
+	case *ferryv1.ConnectRequest_Hello:
+		return status.Error(codes.InvalidArgument, "EdgeHello may only be sent once per stream")
+	case nil:
+		return status.Error(codes.InvalidArgument, "message without payload")
+	default:
+		return status.Errorf(codes.Unimplemented, "this broker does not handle %T yet", m)
+	}
+}
+
+// intentResult takes the edge's ack or nack.
+func (e *Engine) intentResult(r *ferryv1.IntentResult) {
+	in := e.intents.Done(r.GetKey(), r.GetRelatedTo(), r.GetVersion())
+	if in == nil {
+		return // stale: answered already, or another stream's
+	}
+	pr := in.GetPublishedResource()
+	log := e.opts.Log
+	if rt := in.GetRelatedTo(); rt != nil {
+		e.relatedResult(pr, rt, r.GetError())
+		return
+	}
+	if r.GetError() == nil {
+		if in.GetUpsert() != nil {
+			e.mgr.Applied(pr, in)
+		}
+		return
+	}
+	ae := r.GetError()
+	if ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
+		// Not ready is the edge's state, not the object's: no Event.
+		e.reports.add(reportTask{pr: pr, key: r.GetKey(), failure: ae})
+	}
+	if ae.GetRetryable() || ae.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
+		delay := e.mgr.Retry(pr, r.GetKey())
+		log.V(1).Info("edge could not apply an object; retrying", "object", replicate.KeyString(r.GetKey()),
+			"reason", ae.GetReason().String(), "message", ae.GetMessage(), "retryIn", delay.String())
+		return
+	}
+	log.Info("edge rejected an object; waiting for it to change in kcp", "object", replicate.KeyString(r.GetKey()),
+		"reason", ae.GetReason().String(), "message", ae.GetMessage())
+}
+
+// relatedResult takes the edge's ack or nack of a related object: a nack is
+// recorded as an Event on the primary and retried when retryable.
+func (e *Engine) relatedResult(pr string, rt *ferryv1.RelatedTo, ae *ferryv1.ApplyError) {
+	if ae == nil {
+		e.mgr.AppliedRelated(pr, rt)
+		return
+	}
+	if ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
+		e.reports.add(reportTask{pr: pr, key: rt.GetPrimary(), failure: ae})
+	}
+	if ae.GetRetryable() || ae.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
+		delay := e.mgr.RetryRelated(pr, rt)
+		e.opts.Log.V(1).Info("edge could not apply a related object; retrying", "primary", replicate.KeyString(rt.GetPrimary()),
+			"related", rt.GetIdentifier(), "reason", ae.GetReason().String(), "message", ae.GetMessage(), "retryIn", delay.String())
+		return
+	}
+	e.opts.Log.Info("edge rejected a related object; waiting for a change in kcp", "primary", replicate.KeyString(rt.GetPrimary()),
+		"related", rt.GetIdentifier(), "reason", ae.GetReason().String(), "message", ae.GetMessage())
+}
+
+// ExportStatus describes an APIExport's state for the edge.
+func ExportStatus(ref config.APIExportRef, logicalCluster, vwURL string) *ferryv1.ExportStatus {
+	st := &ferryv1.ExportStatus{
+		Export:                &ferryv1.APIExportReference{WorkspacePath: ref.Workspace, Name: ref.Name},
+		LogicalCluster:        logicalCluster,
+		VirtualWorkspaceReady: vwURL != "",
+	}
+	if !st.VirtualWorkspaceReady {
+		st.WaitingFor = fmt.Sprintf("APIExportEndpointSlice %s to list a virtual workspace URL (kcp adds it once the APIExport is bound)", ref)
+	}
+	return st
+}
+
+func tooLargeMessage(size, limit int) string {
+	return fmt.Sprintf("the message is %d bytes, more than the peer accepts (%d); raise --max-message-bytes or make the object smaller", size, limit)
+}

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/engine"
+	"github.com/ferry-dev/ferry/pkg/logging"
+)
+
+// engines holds the long-lived sync engine of every APIExport an edge has
+// served. An engine outlives its edge's streams; it stops after idleTimeout
+// without a stream (its watches and caches are released then), when the
+// edge's agent name changes (its finalizer name changes with it), and when
+// the broker shuts down. Safe for concurrent use.
+type engines struct {
+	newEngine   func(config.APIExportRef, string, string) *engine.Engine
+	idleTimeout time.Duration
+	log         logr.Logger
+
+	mu      sync.Mutex
+	ctx     context.Context // set by start; engines run under it
+	wg      sync.WaitGroup
+	running map[config.APIExportRef]*runningEngine
+}
+
+type runningEngine struct {
+	e        *engine.Engine
+	cancel   context.CancelFunc
+	done     chan struct{}
+	attached bool
+	idle     *time.Timer
+}
+
+func newEngines(idleTimeout time.Duration, log logr.Logger, newEngine func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine) *engines {
+	return &engines{newEngine: newEngine, idleTimeout: idleTimeout, log: log, running: map[config.APIExportRef]*runningEngine{}}
+}
+
+// start sets the context engines run under.
+func (r *engines) start(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ctx = ctx
+}
+
+// wait returns when every engine has stopped (after start's ctx ended).
+func (r *engines) wait() { r.wg.Wait() }
+
+// attach returns export's engine for agent, starting one when needed, and
+// marks it attached; release marks it detached and starts its idle timer.
+func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, logicalCluster string) (e *engine.Engine, release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run, ok := r.running[export]
+	if ok && run.e.Agent() != agent {
+		r.log.Info("edge agent name changed; starting a new sync engine", logging.KeyExport, export.String(),
+			"previousAgent", run.e.Agent(), logging.KeyAgent, agent)
+		r.stopLocked(export, run)
+		<-run.done // its writers stop before another engine starts
+		ok = false
+	}
+	if !ok {
+		ctx, cancel := context.WithCancel(r.ctx)
+		run = &runningEngine{e: r.newEngine(export, agent, logicalCluster), cancel: cancel, done: make(chan struct{})}
+		r.running[export] = run
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer close(run.done)
+			run.e.Run(ctx)
+		}()
+	}
+	if run.idle != nil {
+		run.idle.Stop()
+		run.idle = nil
+	}
+	run.attached = true
+	detach := run.e.Attach(sink)
+	return run.e, func() {
+		detach()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.running[export] != run {
+			return
+		}
+		run.attached = false
+		ctx := r.ctx
+		run.idle = time.AfterFunc(r.idleTimeout, func() {
+			if ctx.Err() != nil {
+				return // shutting down: the context stops the engine
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.running[export] == run && !run.attached {
+				r.log.Info("no edge for a while; stopping the sync engine", logging.KeyExport, export.String(), "idle", r.idleTimeout.String())
+				r.stopLocked(export, run)
+			}
+		})
+	}
+}
+
+// stopLocked cancels an engine and forgets it; its goroutines finish on
+// their own (wait joins them).
+func (r *engines) stopLocked(export config.APIExportRef, run *runningEngine) {
+	if run.idle != nil {
+		run.idle.Stop()
+	}
+	run.cancel()
+	delete(r.running, export)
+}
+
+// get returns export's running engine.
+func (r *engines) get(export config.APIExportRef) (*engine.Engine, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run, ok := r.running[export]
+	if !ok {
+		return nil, false
+	}
+	return run.e, true
+}
