@@ -1,0 +1,156 @@
+package replicate
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/objects"
+)
+
+// testManager returns a manager with one running published resource whose
+// cache holds objs, and the outbox it queues into.
+func testManager(t *testing.T, objs ...*unstructured.Unstructured) (*Manager, *Intents) {
+	t.Helper()
+	intents := NewIntents(1, 100, nil)
+	m := NewManager(Options{Agent: "nora", Outbox: intents, Log: logr.Discard()})
+	res := Resource{PublishedResource: "pr", GVR: schema.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"}, Selector: labels.Everything()}
+	w := &watcher{res: res, store: newStore(), cancel: func() {}}
+	w.synced.Store(true)
+	for _, o := range objs {
+		if err := w.store.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.desired["pr"] = res
+	m.running["pr"] = w
+	m.open["pr"] = true
+	return m, intents
+}
+
+func thing(rv string, spec, status map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "g/v1", "kind": "Thing",
+		"metadata": map[string]any{
+			"name": "a", "namespace": "ns", "uid": "u-a", "resourceVersion": rv,
+			"annotations": map[string]any{"kcp.io/cluster": "c"},
+			"finalizers":  []any{"ferry.dev/nora"},
+		},
+		"spec": spec,
+	}}
+	if status != nil {
+		u.Object["status"] = status
+	}
+	return u
+}
+
+func hashOf(t *testing.T, u *unstructured.Unstructured) string {
+	data, err := json.Marshal(objects.DesiredState(u).Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ContentHash(&ferryv1.UpsertIntent{Object: data})
+}
+
+// drain processes the queue like the workers do, failing on a requeue loop.
+func drain(t *testing.T, m *Manager) {
+	t.Helper()
+	for rounds := 0; m.queue.Len() > 0; rounds++ {
+		if rounds > 10 {
+			t.Fatal("requeue loop: the queue does not drain")
+		}
+		it, _ := m.queue.Get()
+		if err := m.process(context.Background(), it); err != nil {
+			t.Fatalf("process %v: %v", it, err)
+		}
+		m.queue.Done(it)
+	}
+}
+
+// TestProcessSendsOnlyChangedDesiredState is the status ping-pong: a status
+// write in kcp changes the object's resourceVersion but not its desired
+// state, and must not send the object to the edge again.
+func TestProcessSendsOnlyChangedDesiredState(t *testing.T) {
+	spec := map[string]any{"size": int64(1)}
+	applied := thing("10", spec, nil)
+	cases := []struct {
+		name     string
+		current  *unstructured.Unstructured
+		wantSent bool
+	}{
+		{"unchanged", thing("10", spec, nil), false},
+		{"status written in kcp (new resourceVersion)", thing("11", spec, map[string]any{"ready": true}), false},
+		{"kcp-internal annotation changed", func() *unstructured.Unstructured {
+			u := thing("12", spec, nil)
+			u.SetAnnotations(map[string]string{"kcp.io/cluster": "c", "internal.apis.kcp.io/x": "y"})
+			return u
+		}(), false},
+		{"spec changed", thing("13", map[string]any{"size": int64(2)}, nil), true},
+		{"label changed", func() *unstructured.Unstructured {
+			u := thing("14", spec, nil)
+			u.SetLabels(map[string]string{"team": "a"})
+			return u
+		}(), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, intents := testManager(t, tc.current)
+			m.appliedHash[item{pr: "pr", key: "c|ns/a"}] = hashOf(t, applied)
+			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+			drain(t, m)
+			in := intents.Next()
+			if sent := in != nil; sent != tc.wantSent {
+				t.Fatalf("intent sent = %v, want %v (%v)", sent, tc.wantSent, in)
+			}
+			if in != nil && in.GetUpsert().GetContentHash() != hashOf(t, tc.current) {
+				t.Fatal("intent does not carry the hash of its desired state")
+			}
+		})
+	}
+}
+
+// TestProcessQueuesAStateOnce: repeated events for the same state (e.g.
+// the broker's own finalizer patch) queue one intent, not one per event.
+func TestProcessQueuesAStateOnce(t *testing.T) {
+	m, intents := testManager(t, thing("10", map[string]any{"size": int64(1)}, nil))
+	for range 3 {
+		m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+		drain(t, m)
+	}
+	first := intents.Next()
+	if first == nil {
+		t.Fatal("no intent")
+	}
+	intents.Done(first.GetKey(), nil, first.GetVersion())
+	if in := intents.Next(); in != nil {
+		t.Fatalf("the same state was queued twice: %v", in)
+	}
+}
+
+// TestInventoryReplacesAppliedHashes: after a reconnect the edge's
+// inventory is the truth; an object the edge no longer has is sent again.
+func TestInventoryReplacesAppliedHashes(t *testing.T) {
+	obj := thing("10", map[string]any{"size": int64(1)}, nil)
+	m, intents := testManager(t, obj)
+	m.appliedHash[item{pr: "pr", key: "c|ns/a"}] = hashOf(t, obj)
+	m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true}) // the copy is gone locally
+	drain(t, m)
+	if intents.Next() == nil {
+		t.Fatal("an object missing from the inventory was not sent")
+	}
+
+	m2, intents2 := testManager(t, obj)
+	key := &ferryv1.ObjectKey{Cluster: "c", Namespace: "ns", Name: "a", Uid: "u-a"}
+	m2.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
+		Entries: []*ferryv1.InventoryEntry{{Key: key, AppliedHash: hashOf(t, obj)}}})
+	drain(t, m2)
+	if in := intents2.Next(); in != nil {
+		t.Fatalf("an object the inventory shows applied was sent again: %v", in)
+	}
+}

@@ -1,0 +1,189 @@
+package replica
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/cache"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+)
+
+type recordingSink struct{ msgs []*ferryv1.ConnectRequest }
+
+func (s *recordingSink) Control(m *ferryv1.ConnectRequest) error {
+	s.msgs = append(s.msgs, m)
+	return nil
+}
+
+var (
+	remoteGVR = schema.GroupVersionResource{Group: "kcp.example", Version: "v1", Resource: "things"}
+	localGVR  = schema.GroupVersionResource{Group: "svc.example", Version: "v1", Resource: "things"}
+)
+
+// testEngine returns an engine with one published resource whose local
+// watch is the given store (synced or not), over a fake service cluster
+// holding objs.
+func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
+	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Wake: func() {}, Log: logr.Discard()})
+	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true}
+	w := &localWatch{pub: pub, cancel: func() {}, synced: synced,
+		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{remoteIndex: indexByRemote})}
+	e.published["pr"] = pub
+	e.watches["pr"] = w
+	sink := &recordingSink{}
+	e.Connected(sink)
+	return e, w, sink
+}
+
+func remoteThing() (*ferryv1.ObjectKey, naming.Remote) {
+	key := &ferryv1.ObjectKey{Cluster: "c1", Resource: &ferryv1.GroupVersionResource{Group: remoteGVR.Group, Version: "v1", Resource: "things"},
+		Namespace: "team", Name: "a", Uid: "u-a"}
+	return key, naming.Remote{ClusterName: "c1", Namespace: "team", Name: "a", UID: "u-a"}
+}
+
+func localCopy(remote naming.Remote) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "svc.example/v1", "kind": "Thing"}}
+	u.SetNamespace("local-ns")
+	u.SetName("a-copy")
+	u.SetLabels(naming.Labels("nora", remote))
+	u.SetAnnotations(naming.Annotations(remote))
+	return u
+}
+
+// runQueue processes the apply queue until it is empty, failing on a
+// requeue loop.
+func runQueue(t *testing.T, e *Engine) {
+	t.Helper()
+	for rounds := 0; e.queue.Len() > 0; rounds++ {
+		if rounds > 10 {
+			t.Fatal("requeue loop: the apply queue does not drain")
+		}
+		e.next(context.Background())
+	}
+}
+
+func reportsQueued(e *Engine) []*ferryv1.ConnectRequest {
+	var out []*ferryv1.ConnectRequest
+	for {
+		m, ok := e.Next()
+		if !ok {
+			return out
+		}
+		if m.GetInventory() == nil {
+			out = append(out, m)
+		}
+	}
+}
+
+// TestDeleteAfterCreateOnCacheMiss is the quick create → delete: the copy
+// exists in the service cluster but the informer has not seen this edge's
+// own apply yet. The deletion must not be confirmed before the copy is gone.
+func TestDeleteAfterCreateOnCacheMiss(t *testing.T) {
+	key, remote := remoteThing()
+	e, _, sink := testEngine(t, true, localCopy(remote))
+	k := protocol.ObjectKeyString(key)
+	e.record(k, &ferryv1.SyncIntent{Key: key, Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h"}}}, "local-ns", "a-copy", 1)
+
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
+		t.Fatalf("want one ack, got %v", sink.msgs)
+	}
+	for _, m := range reportsQueued(e) {
+		if m.GetDeletionConfirmation() != nil {
+			t.Fatal("deletion confirmed while the local copy still existed")
+		}
+	}
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("local-ns").Get(context.Background(), "a-copy", getOpts); err == nil {
+		t.Fatal("the local copy was not deleted")
+	}
+}
+
+// TestDeleteOfUnknownCopyIsConfirmed: nothing in the cache and nothing
+// applied by this engine means there is no copy.
+func TestDeleteOfUnknownCopyIsConfirmed(t *testing.T) {
+	key, _ := remoteThing()
+	e, _, _ := testEngine(t, true)
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+	got := reportsQueued(e)
+	if len(got) != 1 || got[0].GetDeletionConfirmation() == nil || got[0].GetDeletionConfirmation().GetReportId() == 0 {
+		t.Fatalf("want one numbered deletion confirmation, got %v", got)
+	}
+}
+
+// TestNotReadyIsAnsweredAtOnce: a resource whose local watch has not
+// listed answers with a retryable NOT_READY nack instead of holding the
+// intent (which filled the broker's shared window and stalled every
+// resource).
+func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
+	key, _ := remoteThing()
+	e, w, sink := testEngine(t, false)
+	e.mu.Lock()
+	w.lastErr = errForbidden
+	e.mu.Unlock()
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 {
+		t.Fatalf("want one answer, got %d", len(sink.msgs))
+	}
+	ae := sink.msgs[0].GetIntentResult().GetError()
+	if ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY || !ae.GetRetryable() {
+		t.Fatalf("want a retryable NOT_READY nack, got %v", ae)
+	}
+	if want := errForbidden.Error(); !contains(ae.GetMessage(), want) {
+		t.Fatalf("nack %q does not say why (%q)", ae.GetMessage(), want)
+	}
+}
+
+// TestReportsSurviveReconnect: a report not answered on one stream is sent
+// again on the next, with the same id, and an answer removes it.
+func TestReportsSurviveReconnect(t *testing.T) {
+	e, _, _ := testEngine(t, true)
+	key, _ := remoteThing()
+	e.report("status|x", &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{Key: key, Status: []byte(`{}`)}}})
+	first := reportsQueued(e)
+	if len(first) != 1 {
+		t.Fatalf("want 1 report, got %d", len(first))
+	}
+	e.Disconnected()
+	e.Connected(&recordingSink{})
+	again := reportsQueued(e)
+	if len(again) != 1 || again[0].GetStatusReport().GetReportId() != first[0].GetStatusReport().GetReportId() {
+		t.Fatalf("unanswered report not re-sent with its id: %v", again)
+	}
+	e.ReportResult(&ferryv1.ReportResult{ReportId: again[0].GetStatusReport().GetReportId()})
+	e.Disconnected()
+	e.Connected(&recordingSink{})
+	if left := reportsQueued(e); len(left) != 0 {
+		t.Fatalf("answered report sent again: %v", left)
+	}
+}
+
+var (
+	errForbidden = forbidden("things.svc.example is forbidden: cannot list")
+	getOpts      = metav1.GetOptions{}
+)
+
+type forbidden string
+
+func (f forbidden) Error() string { return string(f) }
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
