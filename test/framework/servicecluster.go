@@ -121,19 +121,9 @@ func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir s
 		return nil, err
 	}
 	sc.Config.QPS, sc.Config.Burst = 100, 200 // tests create objects in bulk
-	err = Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
-		for _, p := range []*Process{etcd, api} {
-			select {
-			case <-p.Exited():
-				return false, fmt.Sprintf("%s exited: %v (log %s)", p.Name, p.ExitErr(), p.LogFile)
-			default:
-			}
-		}
-		return readyz(ctx, sc.Config)
-	})
-	if err != nil {
+	if err := sc.waitReady(ctx); err != nil {
 		sc.Stop()
-		return nil, fmt.Errorf("service cluster did not become ready (logs %s, %s): %w", api.LogFile, etcd.LogFile, err)
+		return nil, err
 	}
 	// The edge's leader election Lease lives here (deploy/edge/edge.yaml
 	// creates it in a real cluster).
@@ -147,6 +137,49 @@ func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir s
 		return nil, err
 	}
 	return sc, nil
+}
+
+// waitReady waits until kube-apiserver answers /readyz, failing early when
+// it or etcd exits.
+func (sc *ServiceCluster) waitReady(ctx context.Context) error {
+	err := Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+		for _, p := range []*Process{sc.Etcd, sc.APIServer} {
+			select {
+			case <-p.Exited():
+				return false, fmt.Sprintf("%s exited: %v (log %s)", p.Name, p.ExitErr(), p.LogFile)
+			default:
+			}
+		}
+		return readyz(ctx, sc.Config)
+	})
+	if err != nil {
+		return fmt.Errorf("service cluster did not become ready (logs %s, %s): %w", sc.APIServer.LogFile, sc.Etcd.LogFile, err)
+	}
+	return nil
+}
+
+// StopAPIServer stops only kube-apiserver (SIGTERM), as in an API server
+// outage; etcd keeps running with all state.
+func (sc *ServiceCluster) StopAPIServer() error {
+	return sc.APIServer.Stop(20 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the
+// same flags (so the same port: kubeconfigs stay valid) and log file, and
+// waits until it is ready.
+func (sc *ServiceCluster) StartAPIServer(ctx context.Context) error {
+	old := sc.APIServer
+	select {
+	case <-old.Exited():
+	default:
+		return fmt.Errorf("%s is still running", old.Name)
+	}
+	p, err := StartProcess(old.Name, old.cmd.Path, old.cmd.Args[1:], nil, filepath.Dir(old.LogFile))
+	if err != nil {
+		return err
+	}
+	sc.APIServer = p
+	return sc.waitReady(ctx)
 }
 
 // Stop stops kube-apiserver before etcd (the other order leaves

@@ -10,25 +10,17 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/publish"
-	"github.com/ferry-dev/ferry/edge/replica"
-	"github.com/ferry-dev/ferry/edge/session"
-	"github.com/ferry-dev/ferry/edge/stream"
-	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/cli"
-	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -72,64 +64,37 @@ func run(args []string) error {
 			return err
 		}
 	}
-	mgr, err := ctrl.NewManager(completed.Service, ctrl.Options{
-		Scheme:                 scheme,
-		Logger:                 log,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&ferryv1alpha1.PublishedResource{}: {Label: completed.Selector},
-		}},
-		LeaderElection:                opts.LeaderElect,
-		LeaderElectionID:              "ferry-edge-" + opts.AgentName,
-		LeaderElectionNamespace:       opts.LeaderNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &opts.LeaseDuration,
-		RenewDeadline:                 &opts.RenewDeadline,
-		RetryPeriod:                   &opts.RetryPeriod,
-	})
-	if err != nil {
-		return fmt.Errorf("cannot set up the controller manager for the service cluster: %w", err)
+	p := &edgeProcess{cfg: completed, scheme: scheme, log: log}
+	if opts.LeaderElect {
+		if p.identity, err = leaderIdentity(); err != nil {
+			return err
+		}
+		if p.leaderClient, err = kubernetes.NewForConfig(leaderConfig(completed.Service, opts.RenewDeadline)); err != nil {
+			return fmt.Errorf("cannot create the leader election client: %w", err)
+		}
+		// Not bound to ctx: the Lease's release on shutdown is recorded after
+		// ctx ends; Shutdown at return stops it.
+		events := record.NewBroadcaster()
+		defer events.Shutdown()
+		events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.leaderClient.CoreV1().Events(opts.LeaderNamespace)})
+		p.events = events.NewRecorder(scheme, corev1.EventSource{Component: "ferry-edge", Host: p.identity})
+		log.Info("leader election", "identity", p.identity, "lease", opts.LeaderNamespace+"/"+leaseName(opts))
 	}
-	dyn, err := dynamic.NewForConfig(completed.Service)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(completed.Service)
-	if err != nil {
-		return err
-	}
-	wake, pending := link.NewWake()
-	store := publish.NewStore(opts.BrokerAddress, wake)
-	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica")})
-	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
-		return err
-	}
-	brokerStream := stream.New(stream.Options{
-		BrokerAddress:     opts.BrokerAddress,
-		TLS:               completed.TLS,
-		AgentName:         opts.AgentName,
-		HeartbeatInterval: opts.HeartbeatInterval,
-		MaxMessageBytes:   opts.MaxMessageBytes,
-		Backoff:           &backoff.Exponential{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
-		StableAfter:       30 * time.Second,
-		Handler:           session.NewHandler(store, engine, pending),
-		Log:               log,
-	})
 
-	// The broker link and the sync engine run only on the elected leader,
-	// like the controllers: a standby replica neither connects nor writes.
-	if err := mgr.Add(manager.RunnableFunc(brokerStream.Run)); err != nil {
-		return err
+	// Incarnations: a lost lease ends one, and the next starts in the same
+	// process (see incarnation.go). Only the first starts without waiting:
+	// at startup an unreachable API server is worth failing for, as before.
+	for n := 1; ; n++ {
+		err := p.runIncarnation(ctx, n)
+		if !restartAfter(ctx, err) {
+			log.Info("stopped")
+			return err
+		}
+		log.Info("lost the leader election lease; the process stays up and starts a new incarnation, which leads again once the service cluster's API server is back",
+			"reason", err.Error(), "incarnation", n+1)
+		if err := awaitAPIServer(ctx, p.leaderClient.Discovery().RESTClient(), log); err != nil {
+			log.Info("stopped")
+			return nil // stopped while waiting
+		}
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return engine.Run(ctx, 4) })); err != nil {
-		return err
-	}
-	go func() {
-		<-mgr.Elected()
-		log.Info("leading: connecting to the broker")
-	}()
-	err = mgr.Start(ctx)
-	log.Info("stopped")
-	return err
 }
