@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -78,20 +79,11 @@ func (e *syncEnv) engineStatus(t *testing.T) *ferryv1.EngineStatus {
 func changed(before, after map[string]string, except ...string) []string {
 	var out []string
 	for name, v := range after {
-		if before[name] != v && !contains(except, name) {
+		if before[name] != v && !slices.Contains(except, name) {
 			out = append(out, name)
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestEngineOutlivesStreams: the broker's engine keeps its caches across an

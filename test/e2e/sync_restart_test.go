@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,29 +72,13 @@ func TestSyncConvergesAcrossEdgeAndBrokerRestarts(t *testing.T) {
 	for i := range n {
 		want[fmt.Sprintf("crate-%03d", i)] = "v1"
 	}
-	// Create them from a few goroutines: one by one takes kcp most of a minute.
-	var wg sync.WaitGroup
-	names := make(chan string, n)
+	var names []string
 	for name := range want {
-		names <- name
-	}
-	close(names)
-	for range 8 {
-		wg.Go(func() {
-			for name := range names {
-				obj := &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": e.remoteGVR.GroupVersion().String(), "kind": e.remoteKind,
-					"metadata": map[string]any{"name": name, "namespace": "default"},
-					"spec":     map[string]any{"fieldV1": "v1"},
-				}}
-				if _, err := e.remote.Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-					t.Error(err)
-				}
-			}
-		})
+		names = append(names, name)
 	}
 	start := time.Now()
-	wg.Wait()
+	// From a few goroutines: one by one takes kcp most of a minute.
+	e.createRemoteParallel(t, names)
 	t.Logf("created %d objects in kcp in %s", n, time.Since(start).Round(time.Millisecond))
 
 	// Kill the edge while it is syncing, start it again.
