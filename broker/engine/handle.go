@@ -56,6 +56,12 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 		}
 		e.reports.add(reportTask{id: m.DeletionConfirmation.GetReportId(), key: m.DeletionConfirmation.GetKey(), deletion: true})
 		return nil
+	case *ferryv1.ConnectRequest_ResendRequest:
+		if m.ResendRequest.GetKey() == nil {
+			return status.Error(codes.InvalidArgument, "ResendRequest needs key")
+		}
+		e.reports.add(reportTask{id: m.ResendRequest.GetReportId(), key: m.ResendRequest.GetKey(), resend: m.ResendRequest})
+		return nil
 	case *ferryv1.ConnectRequest_Inventory:
 		if m.Inventory.GetPublishedResource() == "" {
 			return status.Error(codes.InvalidArgument, "Inventory needs published_resource")

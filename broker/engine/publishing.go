@@ -104,7 +104,9 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 	case *ferryv1.ConnectRequest_Publish:
 		if d, ok := w.done[name]; ok && proto.Equal(d.msg, m.Publish) {
 			w.queue.Forget(name)
-			w.results(d.res) // unchanged since it was applied: nothing to do in kcp
+			w.log.Info("publish unchanged since it was applied; answered without a call to kcp", "publishedResource", name,
+				"revision", d.res.GetRevision())
+			w.results(d.res)
 			return
 		}
 		res, err := w.applier.Apply(ctx, w.export, w.owners, m.Publish)

@@ -81,6 +81,7 @@ type reportTask struct {
 	key      *ferryv1.ObjectKey
 	status   *ferryv1.StatusReport        // status report when set
 	deletion bool                         // deletion confirmation
+	resend   *ferryv1.ResendRequest       // the edge needs the desired state again
 	related  *ferryv1.RelatedObjectReport // related object report when set
 	failure  *ferryv1.ApplyError          // a nack to record as an Event (not answered)
 }
@@ -115,6 +116,8 @@ func (w *reportWorker) add(t reportTask) {
 	switch {
 	case t.deletion:
 		k = "delete|" + k
+	case t.resend != nil:
+		k = "resend|" + k
 	case t.related != nil:
 		k = "related|" + k + "|" + t.related.GetRelatedTo().GetIdentifier()
 	case t.failure != nil:
@@ -187,6 +190,10 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		return
 	case t.deletion:
 		err = w.mgr.Release(ctx, t.pr, t.key)
+	case t.resend != nil:
+		w.log.Info("edge asked for an object's desired state again", "object", replicate.KeyString(t.key),
+			"localCopy", t.resend.GetReason())
+		w.mgr.Resend(t.pr, t.key)
 	case t.related != nil:
 		if e := t.related.GetError(); e != nil {
 			err = w.mgr.RecordFailure(ctx, t.pr, t.key, e)

@@ -839,6 +839,19 @@ func (m *Manager) Retry(pr string, key *ferryv1.ObjectKey) time.Duration {
 	return d
 }
 
+// Resend forgets what the edge applied for key and queues its desired state
+// (or its delete) again: the edge's copy drifted and it does not hold the
+// state. Checked against the cache like any intent: an object the engine
+// does not sync sends nothing.
+func (m *Manager) Resend(pr string, key *ferryv1.ObjectKey) {
+	it := item{pr: pr, key: storeKey(key)}
+	m.mu.Lock()
+	delete(m.appliedHash, it)
+	delete(m.sentHash, it)
+	m.mu.Unlock()
+	m.queue.Add(it)
+}
+
 // Applied records that the edge applied in (an upsert) and forgets the
 // failure history of its object.
 func (m *Manager) Applied(pr string, in *ferryv1.SyncIntent) {

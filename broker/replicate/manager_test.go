@@ -154,3 +154,26 @@ func TestInventoryReplacesAppliedHashes(t *testing.T) {
 		t.Fatalf("an object the inventory shows applied was sent again: %v", in)
 	}
 }
+
+// TestResendSendsAnAppliedStateAgain: the edge's copy drifted and it does
+// not hold the desired state; the broker sends it although its hash says
+// the edge applied it, once.
+func TestResendSendsAnAppliedStateAgain(t *testing.T) {
+	obj := thing("10", map[string]any{"size": int64(1)}, nil)
+	m, intents := testManager(t, obj)
+	it := item{pr: "pr", key: "c|ns/a"}
+	m.appliedHash[it] = hashOf(t, obj)
+	m.sentHash[it] = hashOf(t, obj)
+	m.Resend("pr", &ferryv1.ObjectKey{Cluster: "c", Namespace: "ns", Name: "a", Uid: "u-a"})
+	drain(t, m)
+	in := intents.Next()
+	if in == nil || in.GetUpsert().GetContentHash() != hashOf(t, obj) {
+		t.Fatalf("want the desired state sent again, got %v", in)
+	}
+	intents.Done(in.GetKey(), nil, in.GetVersion())
+	m.queue.Add(it)
+	drain(t, m)
+	if again := intents.Next(); again != nil {
+		t.Fatalf("the state was sent twice: %v", again)
+	}
+}

@@ -86,7 +86,11 @@ type Engine struct {
 	deleting  map[string]*ferryv1.SyncIntent // by object key, delete issued, awaiting gone
 	// applied is what this engine applied per object key: the desired
 	// state and where it went (drift repair, deletes on a cache miss).
-	applied   map[string]appliedCopy
+	applied map[string]appliedCopy
+	// resend holds the keys of drifted copies this engine did not apply
+	// (an earlier process did) whose desired state it asked the broker for:
+	// the next upsert is applied even when its hash matches the copy's.
+	resend    map[string]struct{}
 	statusSum map[string][32]byte // by object key, last status reported
 	// pre holds this stream's inventory chunks, sent before reports.
 	pre  []*ferryv1.ConnectRequest
@@ -131,6 +135,7 @@ func NewEngine(o Options) *Engine {
 		latest:     map[string]*ferryv1.SyncIntent{},
 		deleting:   map[string]*ferryv1.SyncIntent{},
 		applied:    map[string]appliedCopy{},
+		resend:     map[string]struct{}{},
 		statusSum:  map[string][32]byte{},
 		namespaces: map[string]bool{},
 		relWatches: map[schema.GroupVersionResource]*relatedWatch{},
@@ -210,8 +215,8 @@ func (e *Engine) watchLocked(p *Published) {
 		e.opts.Log.Error(err, "cannot watch local copies", "publishedResource", p.Name, "resource", p.Local.String())
 	})
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.localChanged(w, obj) },
-		UpdateFunc: func(_, obj any) { e.localChanged(w, obj) },
+		AddFunc:    func(obj any) { e.localChanged(w, nil, obj) },
+		UpdateFunc: func(old, obj any) { e.localChanged(w, old, obj) },
 		DeleteFunc: func(obj any) { e.localGone(w, obj) },
 	})
 	w.store = informer.GetIndexer()
@@ -363,6 +368,11 @@ func withReportID(m *ferryv1.ConnectRequest, id uint64) *ferryv1.ConnectRequest 
 		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
 			ReportId: id, Key: o.GetKey(), Version: o.GetVersion(),
 		}}}
+	case *ferryv1.ConnectRequest_ResendRequest:
+		o := r.ResendRequest
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
+			ReportId: id, Key: o.GetKey(), Reason: o.GetReason(),
+		}}}
 	}
 	return m
 }
@@ -506,7 +516,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	}
 	k := protocol.ObjectKeyString(key)
 	hash := in.GetUpsert().GetContentHash()
-	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash && !e.drifted(k, existing) {
+	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash && !e.drifted(k, existing) && !e.resendAsked(k) {
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
 		e.record(k, in, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
@@ -570,6 +580,31 @@ func (e *Engine) record(k string, in *ferryv1.SyncIntent, ns, name string, gener
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.applied[k] = appliedCopy{intent: in, namespace: ns, name: name, generation: generation}
+	delete(e.resend, k)
+}
+
+func (e *Engine) resendAsked(k string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.resend[k]
+	return ok
+}
+
+// askResendLocked asks the broker for the desired state of a copy that
+// drifted (deleted or changed by someone else) but was applied by an
+// earlier edge process, so this one cannot repair it from memory.
+func (e *Engine) askResendLocked(k string, key *ferryv1.ObjectKey, what string) {
+	if _, ok := e.applied[k]; ok {
+		return
+	}
+	if _, ok := e.deleting[k]; ok {
+		return
+	}
+	e.resend[k] = struct{}{}
+	e.opts.Log.Info("local copy "+what+" outside ferry; asking the broker for its desired state", "object", k)
+	e.report("resend|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
+		Key: key, Reason: what,
+	}}})
 }
 
 // drifted tells whether a local copy was changed by someone else since this
@@ -716,19 +751,42 @@ func (e *Engine) ensureNamespace(ctx context.Context, ns string) error {
 }
 
 // localChanged reports the status of a local copy when it changed, and
-// queues a repair when someone else changed what ferry applied.
-func (e *Engine) localChanged(w *localWatch, obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations()); ok {
-			if k := protocol.ObjectKeyString(remoteKey(w.pub, remote)); e.drifted(k, u) {
-				e.queue.Add(k)
-			}
-		}
-	}
+// queues a repair when someone else changed what ferry applied (old is nil
+// for an added copy).
+func (e *Engine) localChanged(w *localWatch, old, obj any) {
+	e.repairIfDrifted(w, old, obj)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.reportStatusLocked(w, obj)
 	e.reportRelatedLocked(w, obj)
+}
+
+// repairIfDrifted queues the repair of a copy this engine applied whose
+// spec someone else changed, or asks the broker for the desired state of
+// one an earlier process applied (its spec changed: the generation moved).
+func (e *Engine) repairIfDrifted(w *localWatch, old, obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
+	if !ok {
+		return
+	}
+	key := remoteKey(w.pub, remote)
+	k := protocol.ObjectKeyString(key)
+	if e.drifted(k, u) {
+		e.queue.Add(k)
+		return
+	}
+	// A moved generation under an unchanged hash annotation is someone
+	// else's spec change (this edge's own applies change the hash).
+	if o, ok := old.(*unstructured.Unstructured); ok && o.GetGeneration() != u.GetGeneration() &&
+		o.GetAnnotations()[naming.AnnotationContentHash] == u.GetAnnotations()[naming.AnnotationContentHash] {
+		e.mu.Lock()
+		e.askResendLocked(k, key, "changed")
+		e.mu.Unlock()
+	}
 }
 
 func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
@@ -793,7 +851,9 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 	}
 	if _, ok := e.applied[k]; ok {
 		e.queue.Add(k) // deleted by someone else: repaired from the record
+		return
 	}
+	e.askResendLocked(k, remoteKey(w.pub, remote), "deleted")
 }
 
 func remoteKey(p *Published, remote naming.Remote) *ferryv1.ObjectKey {

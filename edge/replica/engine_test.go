@@ -6,11 +6,13 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -37,8 +39,13 @@ func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *lo
 	t.Helper()
 	scheme := runtime.NewScheme()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
-	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Wake: func() {}, Log: logr.Discard()})
-	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true}
+	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns"}})
+	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard()})
+	rules, err := naming.Compile(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules}
 	w := &localWatch{pub: pub, cancel: func() {}, synced: synced,
 		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{remoteIndex: indexByRemote})}
 	e.published["pr"] = pub
@@ -187,3 +194,91 @@ type forbidden string
 func (f forbidden) Error() string { return string(f) }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestDriftOfCopiesFromAnEarlierProcess: after a restart the edge holds no
+// desired state for copies an earlier process applied (the broker sends
+// nothing for unchanged ones), so it asks the broker for it when someone
+// else deletes such a copy or changes its spec; its own applies and status
+// writes ask for nothing.
+func TestDriftOfCopiesFromAnEarlierProcess(t *testing.T) {
+	withHash := func(u *unstructured.Unstructured, hash string, generation int64) *unstructured.Unstructured {
+		u = u.DeepCopy()
+		ann := u.GetAnnotations()
+		ann[naming.AnnotationContentHash] = hash
+		u.SetAnnotations(ann)
+		u.SetGeneration(generation)
+		return u
+	}
+	_, remote := remoteThing()
+	base := localCopy(remote)
+	for _, tc := range []struct {
+		name     string
+		old, obj *unstructured.Unstructured // old nil: obj deleted
+		want     string                     // ResendRequest reason, "" for none
+	}{
+		{name: "deleted by someone else", obj: withHash(base, "h1", 1), want: "deleted"},
+		{name: "spec changed by someone else", old: withHash(base, "h1", 1), obj: withHash(base, "h1", 2), want: "changed"},
+		{name: "status or metadata written", old: withHash(base, "h1", 1), obj: withHash(base, "h1", 1)},
+		{name: "this edge applied a new state", old: withHash(base, "h1", 1), obj: withHash(base, "h2", 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, w, _ := testEngine(t, true)
+			if tc.old == nil {
+				e.localGone(w, tc.obj)
+			} else {
+				e.localChanged(w, tc.old, tc.obj)
+			}
+			var got []string
+			for _, m := range reportsQueued(e) {
+				if r := m.GetResendRequest(); r != nil {
+					got = append(got, r.GetReason())
+				}
+			}
+			if tc.want == "" && len(got) != 0 || tc.want != "" && (len(got) != 1 || got[0] != tc.want) {
+				t.Fatalf("resend requests %v, want %q", got, tc.want)
+			}
+			if e.queue.Len() != 0 {
+				t.Fatal("a copy this engine did not apply was queued for a repair from memory")
+			}
+		})
+	}
+}
+
+// TestResentStateIsAppliedOverADriftedCopy: the state the broker re-sends
+// after a ResendRequest is applied even though the drifted copy still
+// carries its content hash (a hand edit does not change the annotation).
+func TestResentStateIsAppliedOverADriftedCopy(t *testing.T) {
+	key, remote := remoteThing()
+	drifted := localCopy(remote)
+	ann := drifted.GetAnnotations()
+	ann[naming.AnnotationContentHash] = "h1"
+	drifted.SetAnnotations(ann)
+	drifted.SetGeneration(2)
+	e, w, sink := testEngine(t, true, drifted)
+	if err := w.store.Add(drifted); err != nil {
+		t.Fatal(err)
+	}
+	old := drifted.DeepCopy()
+	old.SetGeneration(1)
+	e.localChanged(w, old, drifted)
+
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 3}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h1",
+			Object: []byte(`{"apiVersion":"kcp.example/v1","kind":"Thing","metadata":{"name":"a","namespace":"team"},"spec":{"x":"desired"}}`)}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult() == nil {
+		t.Fatalf("want one intent result, got %v", sink.msgs)
+	}
+	// The fake client cannot server-side apply unstructured objects; the
+	// apply being sent is what this test is about.
+	fake := e.opts.Dynamic.(*dynamicfake.FakeDynamicClient)
+	patched := false
+	for _, a := range fake.Actions() {
+		if a.GetVerb() == "patch" {
+			patched = true
+		}
+	}
+	if !patched {
+		t.Fatalf("the re-sent state was not applied over the drifted copy (answer %v)", sink.msgs[0].GetIntentResult())
+	}
+}

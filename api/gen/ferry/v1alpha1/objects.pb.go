@@ -1369,8 +1369,77 @@ func (x *DeletionConfirmation) GetVersion() *ObjectVersion {
 	return nil
 }
 
-// ReportResult answers a StatusReport, RelatedObjectReport or
-// DeletionConfirmation, sent broker → edge. The edge re-sends unanswered
+// ResendRequest asks the broker to send an object's desired state again,
+// sent edge → broker. The edge sends it when a local copy it did not apply
+// in this process (an earlier edge process did) was deleted, or had its spec
+// changed, by someone else: the edge repairs copies it applied itself from
+// memory, and needs the state for the others.
+type ResendRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Edge-assigned, per-stream increasing number; echoed in ReportResult.
+	// Required.
+	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
+	// The kcp object whose local copy drifted. Required.
+	Key *ObjectKey `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// What happened to the local copy, for logs: "deleted" or "changed".
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendRequest) Reset() {
+	*x = ResendRequest{}
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendRequest) ProtoMessage() {}
+
+func (x *ResendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendRequest.ProtoReflect.Descriptor instead.
+func (*ResendRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ResendRequest) GetReportId() uint64 {
+	if x != nil {
+		return x.ReportId
+	}
+	return 0
+}
+
+func (x *ResendRequest) GetKey() *ObjectKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ResendRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ReportResult answers a StatusReport, RelatedObjectReport,
+// DeletionConfirmation or ResendRequest, sent broker → edge. The edge re-sends unanswered
 // reports after a reconnect. The broker answers once it has written the
 // report into kcp, or found it needs no write, or failed for good; it
 // retries transient kcp failures itself before answering.
@@ -1387,7 +1456,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1468,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1481,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportResult) GetReportId() uint64 {
@@ -1523,7 +1592,11 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x14DeletionConfirmation\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x127\n" +
-	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\"]\n" +
+	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\"q\n" +
+	"\rResendRequest\x12\x1b\n" +
+	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
+	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"]\n" +
 	"\fReportResult\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x120\n" +
 	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error*\xa6\x02\n" +
@@ -1550,7 +1623,7 @@ func file_ferry_v1alpha1_objects_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(ApplyErrorReason)(0),           // 0: ferry.v1alpha1.ApplyErrorReason
 	(*GroupVersionResource)(nil),    // 1: ferry.v1alpha1.GroupVersionResource
@@ -1570,7 +1643,8 @@ var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(*RelatedObjectGone)(nil),       // 15: ferry.v1alpha1.RelatedObjectGone
 	(*RelatedObjectUnresolved)(nil), // 16: ferry.v1alpha1.RelatedObjectUnresolved
 	(*DeletionConfirmation)(nil),    // 17: ferry.v1alpha1.DeletionConfirmation
-	(*ReportResult)(nil),            // 18: ferry.v1alpha1.ReportResult
+	(*ResendRequest)(nil),           // 18: ferry.v1alpha1.ResendRequest
+	(*ReportResult)(nil),            // 19: ferry.v1alpha1.ReportResult
 }
 var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	1,  // 0: ferry.v1alpha1.ObjectKey.resource:type_name -> ferry.v1alpha1.GroupVersionResource
@@ -1596,12 +1670,13 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	8,  // 20: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
 	2,  // 21: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
 	3,  // 22: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
-	8,  // 23: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	2,  // 23: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
+	8,  // 24: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
@@ -1625,7 +1700,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_objects_proto_rawDesc), len(file_ferry_v1alpha1_objects_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

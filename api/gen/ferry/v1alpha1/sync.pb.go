@@ -58,6 +58,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_StatusReport
 	//	*ConnectRequest_RelatedObjectReport
 	//	*ConnectRequest_DeletionConfirmation
+	//	*ConnectRequest_ResendRequest
 	Message       isConnectRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -181,6 +182,15 @@ func (x *ConnectRequest) GetDeletionConfirmation() *DeletionConfirmation {
 	return nil
 }
 
+func (x *ConnectRequest) GetResendRequest() *ResendRequest {
+	if x != nil {
+		if x, ok := x.Message.(*ConnectRequest_ResendRequest); ok {
+			return x.ResendRequest
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Message interface {
 	isConnectRequest_Message()
 }
@@ -230,6 +240,11 @@ type ConnectRequest_DeletionConfirmation struct {
 	DeletionConfirmation *DeletionConfirmation `protobuf:"bytes,9,opt,name=deletion_confirmation,json=deletionConfirmation,proto3,oneof"`
 }
 
+type ConnectRequest_ResendRequest struct {
+	// A local copy drifted and the edge needs its desired state again.
+	ResendRequest *ResendRequest `protobuf:"bytes,10,opt,name=resend_request,json=resendRequest,proto3,oneof"`
+}
+
 func (*ConnectRequest_Hello) isConnectRequest_Message() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Message() {}
@@ -247,6 +262,8 @@ func (*ConnectRequest_StatusReport) isConnectRequest_Message() {}
 func (*ConnectRequest_RelatedObjectReport) isConnectRequest_Message() {}
 
 func (*ConnectRequest_DeletionConfirmation) isConnectRequest_Message() {}
+
+func (*ConnectRequest_ResendRequest) isConnectRequest_Message() {}
 
 // ConnectResponse is one message from the broker to the edge.
 type ConnectResponse struct {
@@ -425,7 +442,7 @@ var File_ferry_v1alpha1_sync_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_sync_proto_rawDesc = "" +
 	"\n" +
-	"\x19ferry/v1alpha1/sync.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1cferry/v1alpha1/objects.proto\x1a\x1cferry/v1alpha1/publish.proto\"\xf6\x04\n" +
+	"\x19ferry/v1alpha1/sync.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1cferry/v1alpha1/objects.proto\x1a\x1cferry/v1alpha1/publish.proto\"\xbe\x05\n" +
 	"\x0eConnectRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.ferry.v1alpha1.EdgeHelloH\x00R\x05hello\x129\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x19.ferry.v1alpha1.HeartbeatH\x00R\theartbeat\x123\n" +
@@ -435,7 +452,9 @@ const file_ferry_v1alpha1_sync_proto_rawDesc = "" +
 	"\tinventory\x18\x06 \x01(\v2\x19.ferry.v1alpha1.InventoryH\x00R\tinventory\x12C\n" +
 	"\rstatus_report\x18\a \x01(\v2\x1c.ferry.v1alpha1.StatusReportH\x00R\fstatusReport\x12Y\n" +
 	"\x15related_object_report\x18\b \x01(\v2#.ferry.v1alpha1.RelatedObjectReportH\x00R\x13relatedObjectReport\x12[\n" +
-	"\x15deletion_confirmation\x18\t \x01(\v2$.ferry.v1alpha1.DeletionConfirmationH\x00R\x14deletionConfirmationB\t\n" +
+	"\x15deletion_confirmation\x18\t \x01(\v2$.ferry.v1alpha1.DeletionConfirmationH\x00R\x14deletionConfirmation\x12F\n" +
+	"\x0eresend_request\x18\n" +
+	" \x01(\v2\x1d.ferry.v1alpha1.ResendRequestH\x00R\rresendRequestB\t\n" +
 	"\amessage\"\xdf\x03\n" +
 	"\x0fConnectResponse\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.ferry.v1alpha1.BrokerHelloH\x00R\x05hello\x129\n" +
@@ -474,12 +493,13 @@ var file_ferry_v1alpha1_sync_proto_goTypes = []any{
 	(*StatusReport)(nil),         // 8: ferry.v1alpha1.StatusReport
 	(*RelatedObjectReport)(nil),  // 9: ferry.v1alpha1.RelatedObjectReport
 	(*DeletionConfirmation)(nil), // 10: ferry.v1alpha1.DeletionConfirmation
-	(*BrokerHello)(nil),          // 11: ferry.v1alpha1.BrokerHello
-	(*PublishResult)(nil),        // 12: ferry.v1alpha1.PublishResult
-	(*SyncIntent)(nil),           // 13: ferry.v1alpha1.SyncIntent
-	(*ReportResult)(nil),         // 14: ferry.v1alpha1.ReportResult
-	(*ExportStatus)(nil),         // 15: ferry.v1alpha1.ExportStatus
-	(*ResyncComplete)(nil),       // 16: ferry.v1alpha1.ResyncComplete
+	(*ResendRequest)(nil),        // 11: ferry.v1alpha1.ResendRequest
+	(*BrokerHello)(nil),          // 12: ferry.v1alpha1.BrokerHello
+	(*PublishResult)(nil),        // 13: ferry.v1alpha1.PublishResult
+	(*SyncIntent)(nil),           // 14: ferry.v1alpha1.SyncIntent
+	(*ReportResult)(nil),         // 15: ferry.v1alpha1.ReportResult
+	(*ExportStatus)(nil),         // 16: ferry.v1alpha1.ExportStatus
+	(*ResyncComplete)(nil),       // 17: ferry.v1alpha1.ResyncComplete
 }
 var file_ferry_v1alpha1_sync_proto_depIdxs = []int32{
 	2,  // 0: ferry.v1alpha1.ConnectRequest.hello:type_name -> ferry.v1alpha1.EdgeHello
@@ -491,20 +511,21 @@ var file_ferry_v1alpha1_sync_proto_depIdxs = []int32{
 	8,  // 6: ferry.v1alpha1.ConnectRequest.status_report:type_name -> ferry.v1alpha1.StatusReport
 	9,  // 7: ferry.v1alpha1.ConnectRequest.related_object_report:type_name -> ferry.v1alpha1.RelatedObjectReport
 	10, // 8: ferry.v1alpha1.ConnectRequest.deletion_confirmation:type_name -> ferry.v1alpha1.DeletionConfirmation
-	11, // 9: ferry.v1alpha1.ConnectResponse.hello:type_name -> ferry.v1alpha1.BrokerHello
-	3,  // 10: ferry.v1alpha1.ConnectResponse.heartbeat:type_name -> ferry.v1alpha1.Heartbeat
-	12, // 11: ferry.v1alpha1.ConnectResponse.publish_result:type_name -> ferry.v1alpha1.PublishResult
-	13, // 12: ferry.v1alpha1.ConnectResponse.intent:type_name -> ferry.v1alpha1.SyncIntent
-	14, // 13: ferry.v1alpha1.ConnectResponse.report_result:type_name -> ferry.v1alpha1.ReportResult
-	15, // 14: ferry.v1alpha1.ConnectResponse.export_status:type_name -> ferry.v1alpha1.ExportStatus
-	16, // 15: ferry.v1alpha1.ConnectResponse.resync_complete:type_name -> ferry.v1alpha1.ResyncComplete
-	0,  // 16: ferry.v1alpha1.SyncService.Connect:input_type -> ferry.v1alpha1.ConnectRequest
-	1,  // 17: ferry.v1alpha1.SyncService.Connect:output_type -> ferry.v1alpha1.ConnectResponse
-	17, // [17:18] is the sub-list for method output_type
-	16, // [16:17] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	11, // 9: ferry.v1alpha1.ConnectRequest.resend_request:type_name -> ferry.v1alpha1.ResendRequest
+	12, // 10: ferry.v1alpha1.ConnectResponse.hello:type_name -> ferry.v1alpha1.BrokerHello
+	3,  // 11: ferry.v1alpha1.ConnectResponse.heartbeat:type_name -> ferry.v1alpha1.Heartbeat
+	13, // 12: ferry.v1alpha1.ConnectResponse.publish_result:type_name -> ferry.v1alpha1.PublishResult
+	14, // 13: ferry.v1alpha1.ConnectResponse.intent:type_name -> ferry.v1alpha1.SyncIntent
+	15, // 14: ferry.v1alpha1.ConnectResponse.report_result:type_name -> ferry.v1alpha1.ReportResult
+	16, // 15: ferry.v1alpha1.ConnectResponse.export_status:type_name -> ferry.v1alpha1.ExportStatus
+	17, // 16: ferry.v1alpha1.ConnectResponse.resync_complete:type_name -> ferry.v1alpha1.ResyncComplete
+	0,  // 17: ferry.v1alpha1.SyncService.Connect:input_type -> ferry.v1alpha1.ConnectRequest
+	1,  // 18: ferry.v1alpha1.SyncService.Connect:output_type -> ferry.v1alpha1.ConnectResponse
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_sync_proto_init() }
@@ -525,6 +546,7 @@ func file_ferry_v1alpha1_sync_proto_init() {
 		(*ConnectRequest_StatusReport)(nil),
 		(*ConnectRequest_RelatedObjectReport)(nil),
 		(*ConnectRequest_DeletionConfirmation)(nil),
+		(*ConnectRequest_ResendRequest)(nil),
 	}
 	file_ferry_v1alpha1_sync_proto_msgTypes[1].OneofWrappers = []any{
 		(*ConnectResponse_Hello)(nil),
