@@ -201,9 +201,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 			err = w.mgr.WriteRelated(ctx, t.pr, t.related)
 		}
 	case t.status.GetError() != nil:
-		err = w.mgr.RecordFailure(ctx, t.pr, t.key, &ferryv1.ApplyError{
-			Reason: t.status.GetError().GetReason(), Message: "status not synced back: " + t.status.GetError().GetMessage(),
-		})
+		err = w.mgr.RecordStatusFailure(ctx, t.pr, t.key, t.status.GetError())
 	default:
 		_, err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status.GetStatus())
 	}

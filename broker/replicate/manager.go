@@ -701,7 +701,7 @@ func (m *Manager) patchFinalizers(ctx context.Context, ri dynamic.ResourceInterf
 // released. The confirmation is checked first: the object must be being
 // deleted in kcp.
 func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
-	obj, err := m.cached(pr, key)
+	obj, err := m.current(ctx, pr, key)
 	if err != nil {
 		return err
 	}
@@ -711,7 +711,7 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	if err := m.deleteRelatedCopies(ctx, pr, key); err != nil {
 		return err
 	}
-	if err := m.ReleaseFinalizer(ctx, pr, key); err != nil {
+	if err := m.releaseFinalizer(ctx, key, obj); err != nil {
 		return err
 	}
 	it := item{pr: pr, key: storeKey(key)}
@@ -727,7 +727,34 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 // did not ask to delete.
 var ErrNotDeleting = errors.New("the object is not being deleted in kcp")
 
-// cached returns pr's cached kcp object behind key (nil when gone or
+// current returns the kcp object behind key: from the cache, or, when the
+// cache misses, from kcp (nil when gone or replaced by another object of
+// the same name). The cache can lag: after a broker restart the edge
+// re-sends its reports while the watches are still catching up, and a miss
+// must not be taken for a deletion.
+func (m *Manager) current(ctx context.Context, pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
+	obj, err := m.cached(pr, key)
+	if err != nil || obj != nil {
+		return obj, err
+	}
+	ri, err := m.resourceClient(key)
+	if err != nil {
+		return nil, err
+	}
+	live, err := ri.Get(ctx, key.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("cannot read %s: %w", KeyString(key), err)
+	case string(live.GetUID()) != key.GetUid():
+		return nil, nil
+	}
+	live.SetManagedFields(nil)
+	return live, nil
+}
+
+// cached returns pr's cached kcp object behind key (nil when not cached or
 // replaced by another object of the same name).
 func (m *Manager) cached(pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
 	m.mu.Lock()
@@ -753,15 +780,15 @@ func (m *Manager) cached(pr string, key *ferryv1.ObjectKey) (*unstructured.Unstr
 // errNotListed is transient: the published resource's watch has not listed.
 var errNotListed = errors.New("the published resource is not listed yet")
 
-// ReleaseFinalizer removes the broker's finalizer from the kcp object once
-// the edge confirmed its local copy is gone. The object comes from the cache
-// (no extra read in kcp); the patch is guarded by its resourceVersion, so a
-// stale cache only costs a retry. A missing object or finalizer is fine
-// (already released); an object not being deleted is refused.
-func (m *Manager) ReleaseFinalizer(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
-	obj, err := m.cached(pr, key)
-	if err != nil || obj == nil {
-		return err
+// releaseFinalizer removes the broker's finalizer from obj, the kcp object
+// behind key, once the edge confirmed its local copy is gone. obj comes
+// from the cache (no extra read in kcp); the patch is guarded by its
+// resourceVersion, so a stale cache only costs a retry. A missing object or
+// finalizer is fine (already released); an object not being deleted is
+// refused.
+func (m *Manager) releaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj *unstructured.Unstructured) error {
+	if obj == nil {
+		return nil
 	}
 	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
 		return nil // already released
@@ -798,7 +825,7 @@ func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.Objec
 	if err := utiljson.Unmarshal(status, &value); err != nil {
 		return false, fmt.Errorf("%w: status is not JSON: %v", ErrRefused, err)
 	}
-	obj, err := m.cached(pr, key)
+	obj, err := m.current(ctx, pr, key)
 	if err != nil {
 		return false, err
 	}
@@ -891,6 +918,13 @@ func storeKey(key *ferryv1.ObjectKey) string {
 // synced (through the APIExport's "events" permission claim).
 func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error {
 	return m.recordEvent(ctx, pr, key, "Warning", "SyncFailed", fmt.Sprintf("the service cluster did not accept this object (%s): %s",
+		reasonText(applyErr.GetReason()), applyErr.GetMessage()))
+}
+
+// RecordStatusFailure records, as a Warning Event on the kcp object, that
+// its local status could not be synced back (e.g. too large for the stream).
+func (m *Manager) RecordStatusFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error {
+	return m.recordEvent(ctx, pr, key, "Warning", "StatusNotSynced", fmt.Sprintf("the status of the local copy was not synced back (%s): %s",
 		reasonText(applyErr.GetReason()), applyErr.GetMessage()))
 }
 

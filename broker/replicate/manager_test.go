@@ -3,12 +3,15 @@ package replicate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/objects"
@@ -175,5 +178,47 @@ func TestResendSendsAnAppliedStateAgain(t *testing.T) {
 	drain(t, m)
 	if again := intents.Next(); again != nil {
 		t.Fatalf("the state was sent twice: %v", again)
+	}
+}
+
+// TestWriteStatusChecksKCPOnACacheMiss: after a broker restart the edge
+// re-sends its reports while the watches are still catching up; a report
+// for an object the cache does not hold yet is written, not dropped as if
+// the object were gone. Only kcp's word that it is gone (or replaced) is.
+func TestWriteStatusChecksKCPOnACacheMiss(t *testing.T) {
+	gvr := schema.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"}
+	key := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"},
+		Namespace: "ns", Name: "a", Uid: "u-a"}
+	for _, tc := range []struct {
+		name    string
+		inKCP   *unstructured.Unstructured
+		written bool
+		gone    bool
+	}{
+		{name: "in kcp, not yet in the cache", inKCP: thing("10", map[string]any{"size": int64(1)}, nil), written: true},
+		{name: "gone from kcp", gone: true},
+		{name: "replaced by another object of the same name", inKCP: func() *unstructured.Unstructured {
+			u := thing("11", nil, nil)
+			u.SetUID("u-other")
+			return u
+		}(), gone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := testManager(t) // empty cache
+			res := m.desired["pr"]
+			res.HasStatus = true
+			m.desired["pr"] = res
+			var objs []runtime.Object
+			if tc.inKCP != nil {
+				objs = append(objs, tc.inKCP)
+			}
+			m.vwURL = "https://kcp.invalid/vw"
+			m.clients["c"] = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{gvr: "ThingList"}, objs...)
+			written, err := m.WriteStatus(context.Background(), "pr", key, []byte(`{"ready":true}`))
+			if written != tc.written || errors.Is(err, ErrGone) != tc.gone {
+				t.Fatalf("written %v, err %v; want written %v, gone %v", written, err, tc.written, tc.gone)
+			}
+		})
 	}
 }

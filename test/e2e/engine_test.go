@@ -60,20 +60,33 @@ func (e *syncEnv) remoteVersions(t *testing.T) map[string]string {
 	return out
 }
 
-// engineStatus reads the broker's engine figures through the admin API.
-func (e *syncEnv) engineStatus(t *testing.T) *ferryv1.EngineStatus {
+// adminEdge reads this environment's edge from the broker's admin API.
+func (e *syncEnv) adminEdge(t *testing.T) *ferryv1.Edge {
 	t.Helper()
-	resp, err := ferryv1.NewAdminServiceClient(adminConn(t, e.broker, e.pki)).ListEdges(context.Background(), &ferryv1.ListEdgesRequest{})
+	if e.admin == nil { // one connection for the test (tests poll this)
+		e.admin = adminConn(t, e.broker, e.pki)
+	}
+	resp, err := ferryv1.NewAdminServiceClient(e.admin).ListEdges(context.Background(), &ferryv1.ListEdgesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, edge := range resp.GetEdges() {
-		if edge.GetIdentity() == devpki.IdentityFor("edge") && edge.GetEngine() != nil {
-			return edge.GetEngine()
+		if edge.GetIdentity() == devpki.IdentityFor("edge") {
+			return edge
 		}
 	}
-	t.Fatalf("no engine in the admin API: %v", resp)
+	t.Fatalf("no edge in the admin API: %v", resp)
 	return nil
+}
+
+// engineStatus reads the broker's engine figures through the admin API.
+func (e *syncEnv) engineStatus(t *testing.T) *ferryv1.EngineStatus {
+	t.Helper()
+	st := e.adminEdge(t).GetEngine()
+	if st == nil {
+		t.Fatal("no engine in the admin API")
+	}
+	return st
 }
 
 func changed(before, after map[string]string, except ...string) []string {

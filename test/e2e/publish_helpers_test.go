@@ -10,6 +10,7 @@ import (
 	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
 	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
 	"github.com/kcp-dev/logicalcluster/v3"
+	"google.golang.org/grpc"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,7 @@ type pubEnv struct {
 	kcp    kcpclientset.ClusterInterface
 	path   logicalcluster.Path
 	pki    string
+	admin  *grpc.ClientConn // the broker's admin API, dialled on first use
 }
 
 const testLabel = "e2e.ferry.dev/test"

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-dev/ferry/test/framework"
@@ -96,4 +98,38 @@ func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
 		v, _ := specField(u, "fieldV1")
 		return v == "forbidden", "spec.fieldV1 = " + v
 	})
+}
+
+// TestStatusTooLargeIsAWarningEvent: a local status larger than the broker
+// accepts becomes a Warning Event on the kcp object, the stream stays up,
+// and the next status that fits is synced.
+func TestStatusTooLargeIsAWarningEvent(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnvsWith(t, []string{"--max-message-bytes", "65536"}, "c",
+		publication{crd: testCRD("bulky.example.com", "Bulk", "bulks", apiextensionsv1.NamespaceScoped, "v1")})[0]
+	e.createRemote(t, "default", "big", map[string]any{"fieldV1": "v1"})
+	local := e.waitLocal(t, "default", "big", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+	attachments := e.engineStatus(t).GetAttachments()
+
+	huge := strings.Repeat("x", 100*1024)
+	if _, err := e.local.Namespace(local.GetNamespace()).Patch(ctx, local.GetName(), types.MergePatchType,
+		[]byte(`{"status":{"phase":"`+huge+`"}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, e.consumerKube(t), "default", "big", "StatusNotSynced", "more than the broker accepts (65536)")
+
+	if _, err := e.local.Namespace(local.GetNamespace()).Patch(ctx, local.GetName(), types.MergePatchType,
+		[]byte(`{"status":{"phase":"small"}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRemote(t, "default", "big", func(u *unstructured.Unstructured, err error) (bool, string) {
+		if err != nil {
+			return false, err.Error()
+		}
+		p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		return p == "small", fmt.Sprintf("status.phase has %d bytes", len(p))
+	})
+	if got := e.engineStatus(t).GetAttachments(); got != attachments {
+		t.Errorf("the stream was replaced: %d attachments before the large status, %d after", attachments, got)
+	}
 }

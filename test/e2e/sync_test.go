@@ -56,7 +56,13 @@ func newSyncEnv(t *testing.T, group, kind, plural string, spec func(*ferryv1alph
 // publication.
 func newSyncEnvs(t *testing.T, consumerPrefix string, pubs ...publication) []*syncEnv {
 	t.Helper()
-	p := newPubEnv(t)
+	return newSyncEnvsWith(t, nil, consumerPrefix, pubs...)
+}
+
+// newSyncEnvsWith is newSyncEnvs with extra broker flags.
+func newSyncEnvsWith(t *testing.T, brokerArgs []string, consumerPrefix string, pubs ...publication) []*syncEnv {
+	t.Helper()
+	p := newPubEnv(t, brokerArgs...)
 	for _, pb := range pubs {
 		apply(t, pb.crd)
 		prSpec := ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{
