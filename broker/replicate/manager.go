@@ -397,7 +397,10 @@ func (m *Manager) reconcileLocked() {
 		selector := res.Selector.String()
 		lw := m.countLists(watching.ListWatch(dyn.Resource(res.GVR), selector))
 		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
-		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { w.synced.Store(true) })
+		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() {
+			w.synced.Store(true)
+			m.opts.Log.Info("published resource listed", "publishedResource", pr, "objects", len(w.store.ListKeys()))
+		})
 	}
 	m.reconcileNamespacesLocked()
 	m.reconcileRelatedLocked()

@@ -21,7 +21,7 @@ import (
 
 // createRemoteParallel creates objects named names (spec.fieldV1 = v1) in
 // the consumer workspace from a few goroutines.
-func (e *syncEnv) createRemoteParallel(t *testing.T, names []string) {
+func (e *syncEnv) createRemoteParallel(t testing.TB, names []string) {
 	t.Helper()
 	ch := make(chan string, len(names))
 	for _, n := range names {
@@ -32,12 +32,7 @@ func (e *syncEnv) createRemoteParallel(t *testing.T, names []string) {
 	for range 8 {
 		wg.Go(func() {
 			for name := range ch {
-				obj := &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": e.remoteGVR.GroupVersion().String(), "kind": e.remoteKind,
-					"metadata": map[string]any{"name": name, "namespace": "default"},
-					"spec":     map[string]any{"fieldV1": "v1"},
-				}}
-				if _, err := e.remote.Namespace("default").Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+				if _, err := e.remote.Namespace("default").Create(context.Background(), e.remoteObject(name), metav1.CreateOptions{}); err != nil {
 					t.Error(err)
 				}
 			}
@@ -46,8 +41,17 @@ func (e *syncEnv) createRemoteParallel(t *testing.T, names []string) {
 	wg.Wait()
 }
 
+// remoteObject is a new kcp object default/name with spec.fieldV1 = v1.
+func (e *syncEnv) remoteObject(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": e.remoteGVR.GroupVersion().String(), "kind": e.remoteKind,
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec":     map[string]any{"fieldV1": "v1"},
+	}}
+}
+
 // remoteVersions maps name → resourceVersion of the kcp objects.
-func (e *syncEnv) remoteVersions(t *testing.T) map[string]string {
+func (e *syncEnv) remoteVersions(t testing.TB) map[string]string {
 	t.Helper()
 	list, err := e.remote.Namespace("default").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -61,7 +65,7 @@ func (e *syncEnv) remoteVersions(t *testing.T) map[string]string {
 }
 
 // adminEdge reads this environment's edge from the broker's admin API.
-func (e *syncEnv) adminEdge(t *testing.T) *ferryv1.Edge {
+func (e *syncEnv) adminEdge(t testing.TB) *ferryv1.Edge {
 	t.Helper()
 	if e.admin == nil { // one connection for the test (tests poll this)
 		e.admin = adminConn(t, e.broker, e.pki)
@@ -80,7 +84,7 @@ func (e *syncEnv) adminEdge(t *testing.T) *ferryv1.Edge {
 }
 
 // engineStatus reads the broker's engine figures through the admin API.
-func (e *syncEnv) engineStatus(t *testing.T) *ferryv1.EngineStatus {
+func (e *syncEnv) engineStatus(t testing.TB) *ferryv1.EngineStatus {
 	t.Helper()
 	st := e.adminEdge(t).GetEngine()
 	if st == nil {

@@ -18,7 +18,7 @@ import (
 )
 
 // testDir is a directory for one test's files, kept with the run's artifacts.
-func testDir(t *testing.T) string {
+func testDir(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(env.dir, "tests", sanitize(t.Name()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -33,7 +33,7 @@ func sanitize(s string) string {
 
 // newExport creates an APIExport unique to the test in the provider
 // workspace.
-func newExport(t *testing.T) config.APIExportRef {
+func newExport(t testing.TB) config.APIExportRef {
 	t.Helper()
 	name := sanitize(t.Name()) + ".e2e.ferry.dev"
 	if err := framework.CreateAPIExport(context.Background(), env.kcp.Config, env.provider, name); err != nil {
@@ -43,7 +43,7 @@ func newExport(t *testing.T) config.APIExportRef {
 }
 
 // newPKI makes a development PKI for the test with the given clients.
-func newPKI(t *testing.T, name string, clients ...string) string {
+func newPKI(t testing.TB, name string, clients ...string) string {
 	t.Helper()
 	dir := filepath.Join(testDir(t), name)
 	if err := framework.MakePKI(context.Background(), env.bins, dir, clients...); err != nil {
@@ -53,7 +53,7 @@ func newPKI(t *testing.T, name string, clients ...string) string {
 }
 
 // startBroker starts a broker for the test and registers its cleanup.
-func startBroker(t *testing.T, pkiDir string, cfg config.Config, extraArgs ...string) *framework.Broker {
+func startBroker(t testing.TB, pkiDir string, cfg config.Config, extraArgs ...string) *framework.Broker {
 	t.Helper()
 	dir := testDir(t)
 	b, err := framework.StartBroker(context.Background(), env.bins, framework.BrokerOptions{
@@ -68,7 +68,7 @@ func startBroker(t *testing.T, pkiDir string, cfg config.Config, extraArgs ...st
 
 // startEdge starts an edge with pkiDir's client certificate and registers
 // its cleanup.
-func startEdge(t *testing.T, name, pkiDir, client, brokerAddress string, extraArgs ...string) *framework.Process {
+func startEdge(t testing.TB, name, pkiDir, client, brokerAddress string, extraArgs ...string) *framework.Process {
 	t.Helper()
 	o := framework.EdgeOptionsFor(pkiDir, client)
 	o.Name, o.LogDir, o.BrokerAddress, o.Kubeconfig = name, testDir(t), brokerAddress, env.service.Kubeconfig
@@ -84,7 +84,7 @@ func startEdge(t *testing.T, name, pkiDir, client, brokerAddress string, extraAr
 // stopChecked stops p with SIGTERM and fails the test when it does not exit
 // cleanly or its log reports a data race (the binaries are built with
 // -race).
-func stopChecked(t *testing.T, p *framework.Process) {
+func stopChecked(t testing.TB, p *framework.Process) {
 	t.Helper()
 	if p.Killed() {
 		return // killed on purpose by the test
@@ -102,7 +102,7 @@ func stopChecked(t *testing.T, p *framework.Process) {
 }
 
 // waitLog waits until p's log contains all of substrs on one line.
-func waitLog(t *testing.T, p *framework.Process, timeout time.Duration, substrs ...string) string {
+func waitLog(t testing.TB, p *framework.Process, timeout time.Duration, substrs ...string) string {
 	t.Helper()
 	var found string
 	err := framework.Eventually(context.Background(), timeout, 100*time.Millisecond, func(context.Context) (bool, string) {
@@ -125,7 +125,7 @@ func waitLog(t *testing.T, p *framework.Process, timeout time.Duration, substrs 
 }
 
 // waitLogCount waits until at least n lines of p's log contain all of substrs.
-func waitLogCount(t *testing.T, p *framework.Process, timeout time.Duration, n int, substrs ...string) {
+func waitLogCount(t testing.TB, p *framework.Process, timeout time.Duration, n int, substrs ...string) {
 	t.Helper()
 	err := framework.Eventually(context.Background(), timeout, 100*time.Millisecond, func(context.Context) (bool, string) {
 		data, err := os.ReadFile(p.LogFile)
@@ -155,7 +155,7 @@ func containsAll(s string, subs []string) bool {
 }
 
 // adminConn dials the broker with the admin client certificate.
-func adminConn(t *testing.T, b *framework.Broker, pkiDir string) *grpc.ClientConn {
+func adminConn(t testing.TB, b *framework.Broker, pkiDir string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := framework.DialBroker(b.Address, pkiDir, "admin")
 	if err != nil {
@@ -166,7 +166,7 @@ func adminConn(t *testing.T, b *framework.Broker, pkiDir string) *grpc.ClientCon
 }
 
 // assertLogLacks fails when p's log contains substr.
-func assertLogLacks(t *testing.T, p *framework.Process, substr string) {
+func assertLogLacks(t testing.TB, p *framework.Process, substr string) {
 	t.Helper()
 	data, err := os.ReadFile(p.LogFile)
 	if err != nil {
@@ -177,7 +177,7 @@ func assertLogLacks(t *testing.T, p *framework.Process, substr string) {
 	}
 }
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func writeFile(t *testing.T, path, content string) {
 
 // brokerFor starts a broker serving a fresh APIExport for the client
 // certificate "edge" (and "admin" for the admin API) of a new PKI.
-func brokerFor(t *testing.T, brokerArgs ...string) (pki string, export config.APIExportRef, broker *framework.Broker) {
+func brokerFor(t testing.TB, brokerArgs ...string) (pki string, export config.APIExportRef, broker *framework.Broker) {
 	t.Helper()
 	export = newExport(t)
 	pki = newPKI(t, "pki", "edge", "admin")

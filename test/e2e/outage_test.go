@@ -177,7 +177,7 @@ func fieldV1Is(want string) func(*unstructured.Unstructured) (bool, string) {
 
 // applyTo server-side-applies a typed object to svc (apply targets the
 // shared service cluster).
-func applyTo(t *testing.T, svc *framework.ServiceCluster, obj runtime.Object) {
+func applyTo(t testing.TB, svc *framework.ServiceCluster, obj runtime.Object) {
 	t.Helper()
 	u, err := framework.ToUnstructured(obj)
 	if err != nil {
@@ -188,7 +188,7 @@ func applyTo(t *testing.T, svc *framework.ServiceCluster, obj runtime.Object) {
 	}
 }
 
-func assertRunning(t *testing.T, p *framework.Process) {
+func assertRunning(t testing.TB, p *framework.Process) {
 	t.Helper()
 	select {
 	case <-p.Exited():
@@ -201,7 +201,7 @@ func assertRunning(t *testing.T, p *framework.Process) {
 // called agent and returns its PID and start time (together they name one
 // process: a PID alone can be reused). The framework keeps the PID to
 // itself; the kernel's process table is the independent witness anyway.
-func processOf(t *testing.T, agent string) string {
+func processOf(t testing.TB, agent string) string {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

@@ -38,7 +38,7 @@ type pubEnv struct {
 
 const testLabel = "e2e.ferry.dev/test"
 
-func newPubEnv(t *testing.T, brokerArgs ...string) *pubEnv {
+func newPubEnv(t testing.TB, brokerArgs ...string) *pubEnv {
 	t.Helper()
 	e := &pubEnv{label: sanitize(t.Name()), path: env.provider}
 	if len(e.label) > 63 {
@@ -58,13 +58,13 @@ func newPubEnv(t *testing.T, brokerArgs ...string) *pubEnv {
 	return e
 }
 
-func (e *pubEnv) startEdge(t *testing.T) *framework.Process {
+func (e *pubEnv) startEdge(t testing.TB) *framework.Process {
 	t.Helper()
 	return startEdge(t, "edge", e.pki, "edge", e.broker.Address, "--published-resource-selector", testLabel+"="+e.label)
 }
 
 // apply server-side-applies a typed object to the service cluster.
-func apply(t *testing.T, obj runtime.Object) {
+func apply(t testing.TB, obj runtime.Object) {
 	t.Helper()
 	u, err := framework.ToUnstructured(obj)
 	if err != nil {
@@ -76,7 +76,7 @@ func apply(t *testing.T, obj runtime.Object) {
 }
 
 // publish applies a PublishedResource labelled for this environment.
-func (e *pubEnv) publish(t *testing.T, name string, spec ferryv1alpha1.PublishedResourceSpec) {
+func (e *pubEnv) publish(t testing.TB, name string, spec ferryv1alpha1.PublishedResourceSpec) {
 	t.Helper()
 	apply(t, &ferryv1alpha1.PublishedResource{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "ferry.dev/v1alpha1", Kind: "PublishedResource"},
@@ -85,7 +85,7 @@ func (e *pubEnv) publish(t *testing.T, name string, spec ferryv1alpha1.Published
 	})
 }
 
-func (e *pubEnv) waitCondition(t *testing.T, name string, status metav1.ConditionStatus, reason string) *ferryv1alpha1.PublishedResource {
+func (e *pubEnv) waitCondition(t testing.TB, name string, status metav1.ConditionStatus, reason string) *ferryv1alpha1.PublishedResource {
 	t.Helper()
 	pr, err := framework.WaitPublishedCondition(context.Background(), env.service.Config, name, status, reason, time.Minute)
 	if err != nil {
@@ -96,7 +96,7 @@ func (e *pubEnv) waitCondition(t *testing.T, name string, status metav1.Conditio
 
 // schemas lists the APIResourceSchemas of this environment's APIExport group
 // for plural.
-func (e *pubEnv) schemas(t *testing.T, plural string) []apisv1alpha1.APIResourceSchema {
+func (e *pubEnv) schemas(t testing.TB, plural string) []apisv1alpha1.APIResourceSchema {
 	t.Helper()
 	list, err := e.kcp.Cluster(e.path).ApisV1alpha1().APIResourceSchemas().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -111,7 +111,7 @@ func (e *pubEnv) schemas(t *testing.T, plural string) []apisv1alpha1.APIResource
 	return out
 }
 
-func (e *pubEnv) apiExport(t *testing.T) *apisv1alpha2.APIExport {
+func (e *pubEnv) apiExport(t testing.TB) *apisv1alpha2.APIExport {
 	t.Helper()
 	ex, err := e.kcp.Cluster(e.path).ApisV1alpha2().APIExports().Get(context.Background(), e.export.Name, metav1.GetOptions{})
 	if err != nil {

@@ -25,7 +25,7 @@ const limitedEdgeUser = "e2e-limited-edge"
 // limitedKubeconfig grants limitedEdgeUser the rules of deploy/edge/edge.yaml
 // (its ClusterRole and its leader election Role) plus full access to the
 // resources in extra, and returns a kubeconfig acting as that user.
-func limitedKubeconfig(t *testing.T, extra ...rbacv1.PolicyRule) string {
+func limitedKubeconfig(t testing.TB, extra ...rbacv1.PolicyRule) string {
 	t.Helper()
 	f, err := os.Open("../../deploy/edge/edge.yaml")
 	if err != nil {

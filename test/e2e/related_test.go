@@ -21,7 +21,7 @@ import (
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
-func serviceKube(t *testing.T) kubernetes.Interface {
+func serviceKube(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(env.service.Config)
 	if err != nil {
@@ -32,7 +32,7 @@ func serviceKube(t *testing.T) kubernetes.Interface {
 
 // runSecretController plays cert-manager in the service cluster: for every
 // object of res it creates a Secret named by the object's spec.secretName.
-func runSecretController(t *testing.T, res dynamic.NamespaceableResourceInterface, kube kubernetes.Interface) {
+func runSecretController(t testing.TB, res dynamic.NamespaceableResourceInterface, kube kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -63,7 +63,7 @@ func runSecretController(t *testing.T, res dynamic.NamespaceableResourceInterfac
 }
 
 // waitFor polls check for up to a minute.
-func waitFor(t *testing.T, what string, check func(ctx context.Context) (bool, string)) {
+func waitFor(t testing.TB, what string, check func(ctx context.Context) (bool, string)) {
 	t.Helper()
 	if err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, check); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -71,7 +71,7 @@ func waitFor(t *testing.T, what string, check func(ctx context.Context) (bool, s
 }
 
 // waitSecretData waits until the Secret ns/name holds want under key.
-func waitSecretData(t *testing.T, kube kubernetes.Interface, ns, name, key, want string) *corev1.Secret {
+func waitSecretData(t testing.TB, kube kubernetes.Interface, ns, name, key, want string) *corev1.Secret {
 	t.Helper()
 	var got *corev1.Secret
 	waitFor(t, fmt.Sprintf("Secret %s/%s with %s=%q", ns, name, key, want), func(ctx context.Context) (bool, string) {
@@ -87,7 +87,7 @@ func waitSecretData(t *testing.T, kube kubernetes.Interface, ns, name, key, want
 
 // waitEvent waits for an Event with reason on the kcp object name whose
 // message contains substr.
-func waitEvent(t *testing.T, kube kubernetes.Interface, ns, name, reason, substr string) {
+func waitEvent(t testing.TB, kube kubernetes.Interface, ns, name, reason, substr string) {
 	t.Helper()
 	waitFor(t, "event "+reason+" on "+name, func(ctx context.Context) (bool, string) {
 		list, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})

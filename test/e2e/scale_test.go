@@ -21,7 +21,7 @@ import (
 // consumer workspaces: one syncEnv per workspace, sharing the processes.
 type scaleEnvs []*syncEnv
 
-func newScaleEnvs(t *testing.T, workspaces int) scaleEnvs {
+func newScaleEnvs(t testing.TB, workspaces int) scaleEnvs {
 	t.Helper()
 	first := newSyncEnv(t, "scale.example.com", "Pallet", "pallets", nil)
 	out := scaleEnvs{first}
@@ -59,7 +59,7 @@ func (s scaleEnvs) parallel(perWorkspace int, do func(e *syncEnv, i int)) {
 
 // versions returns workspace → name → resourceVersion of the kcp objects
 // and of the local copies.
-func (s scaleEnvs) versions(t *testing.T) (remote, local map[string]map[string]string) {
+func (s scaleEnvs) versions(t testing.TB) (remote, local map[string]map[string]string) {
 	t.Helper()
 	remote, local = map[string]map[string]string{}, map[string]map[string]string{}
 	for _, e := range s {
@@ -100,12 +100,7 @@ func TestEngineAtScale(t *testing.T) {
 
 	start := time.Now()
 	s.parallel(perWorkspace, func(e *syncEnv, i int) {
-		obj := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": e.remoteGVR.GroupVersion().String(), "kind": e.remoteKind,
-			"metadata": map[string]any{"name": fmt.Sprintf("pallet-%03d", i), "namespace": "default"},
-			"spec":     map[string]any{"fieldV1": "v1"},
-		}}
-		if _, err := e.remote.Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		if _, err := e.remote.Namespace("default").Create(ctx, e.remoteObject(fmt.Sprintf("pallet-%03d", i)), metav1.CreateOptions{}); err != nil {
 			t.Error(err)
 		}
 	})

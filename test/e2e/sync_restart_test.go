@@ -16,7 +16,7 @@ import (
 
 // localState maps remote name → (local resourceVersion, spec.fieldV1) of
 // every local copy in the consumer workspace's namespace.
-func (e *syncEnv) localState(t *testing.T) map[string][2]string {
+func (e *syncEnv) localState(t testing.TB) map[string][2]string {
 	t.Helper()
 	list, err := e.local.Namespace(e.consumerLC).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -36,7 +36,7 @@ func (e *syncEnv) localState(t *testing.T) map[string][2]string {
 
 // waitConverged waits until the local copies are exactly want (name →
 // spec.fieldV1) and returns their state.
-func (e *syncEnv) waitConverged(t *testing.T, want map[string]string) map[string][2]string {
+func (e *syncEnv) waitConverged(t testing.TB, want map[string]string) map[string][2]string {
 	t.Helper()
 	var state map[string][2]string
 	err := framework.Eventually(context.Background(), 3*time.Minute, 250*time.Millisecond, func(context.Context) (bool, string) {
@@ -154,7 +154,7 @@ func TestSyncConvergesAcrossEdgeAndBrokerRestarts(t *testing.T) {
 	}
 }
 
-func (e *syncEnv) setRemoteField(t *testing.T, name, value string) {
+func (e *syncEnv) setRemoteField(t testing.TB, name, value string) {
 	t.Helper()
 	ctx := context.Background()
 	u, err := e.remote.Namespace("default").Get(ctx, name, metav1.GetOptions{})

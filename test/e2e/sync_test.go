@@ -45,7 +45,7 @@ type publication struct {
 	spec func(*ferryv1alpha1.PublishedResourceSpec)
 }
 
-func newSyncEnv(t *testing.T, group, kind, plural string, spec func(*ferryv1alpha1.PublishedResourceSpec)) *syncEnv {
+func newSyncEnv(t testing.TB, group, kind, plural string, spec func(*ferryv1alpha1.PublishedResourceSpec)) *syncEnv {
 	t.Helper()
 	envs := newSyncEnvs(t, "c", publication{crd: testCRD(group, kind, plural, apiextensionsv1.NamespaceScoped, "v1"), spec: spec})
 	return envs[0]
@@ -54,13 +54,13 @@ func newSyncEnv(t *testing.T, group, kind, plural string, spec func(*ferryv1alph
 // newSyncEnvs publishes every publication through one broker and edge,
 // binds the export in a new consumer workspace and returns one syncEnv per
 // publication.
-func newSyncEnvs(t *testing.T, consumerPrefix string, pubs ...publication) []*syncEnv {
+func newSyncEnvs(t testing.TB, consumerPrefix string, pubs ...publication) []*syncEnv {
 	t.Helper()
 	return newSyncEnvsWith(t, nil, consumerPrefix, pubs...)
 }
 
 // newSyncEnvsWith is newSyncEnvs with extra broker flags.
-func newSyncEnvsWith(t *testing.T, brokerArgs []string, consumerPrefix string, pubs ...publication) []*syncEnv {
+func newSyncEnvsWith(t testing.TB, brokerArgs []string, consumerPrefix string, pubs ...publication) []*syncEnv {
 	t.Helper()
 	p := newPubEnv(t, brokerArgs...)
 	for _, pb := range pubs {
@@ -97,7 +97,7 @@ func newSyncEnvsWith(t *testing.T, brokerArgs []string, consumerPrefix string, p
 }
 
 // bindConsumer creates a consumer workspace and binds the export there.
-func bindConsumer(t *testing.T, p *pubEnv, prefix string) logicalcluster.Path {
+func bindConsumer(t testing.TB, p *pubEnv, prefix string) logicalcluster.Path {
 	t.Helper()
 	ctx := context.Background()
 	name := prefix + "-" + p.label
@@ -115,7 +115,7 @@ func bindConsumer(t *testing.T, p *pubEnv, prefix string) logicalcluster.Path {
 }
 
 // useConsumer points the env's kcp-side client at a consumer workspace.
-func (e *syncEnv) useConsumer(t *testing.T, consumer logicalcluster.Path) {
+func (e *syncEnv) useConsumer(t testing.TB, consumer logicalcluster.Path) {
 	t.Helper()
 	lc, err := e.kcp.Cluster(consumer).CoreV1alpha1().LogicalClusters().Get(context.Background(), "cluster", metav1.GetOptions{})
 	if err != nil {
@@ -138,7 +138,7 @@ func (e *syncEnv) consumerConfig() *rest.Config {
 }
 
 // consumerKube is a Kubernetes client for the consumer workspace.
-func (e *syncEnv) consumerKube(t *testing.T) kubernetes.Interface {
+func (e *syncEnv) consumerKube(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(e.consumerConfig())
 	if err != nil {
@@ -147,7 +147,7 @@ func (e *syncEnv) consumerKube(t *testing.T) kubernetes.Interface {
 	return c
 }
 
-func (e *syncEnv) createRemote(t *testing.T, ns, name string, spec map[string]any, labels ...string) *unstructured.Unstructured {
+func (e *syncEnv) createRemote(t testing.TB, ns, name string, spec map[string]any, labels ...string) *unstructured.Unstructured {
 	t.Helper()
 	l := map[string]any{"team": "blue"}
 	for _, kv := range labels {
@@ -167,7 +167,7 @@ func (e *syncEnv) createRemote(t *testing.T, ns, name string, spec map[string]an
 }
 
 // waitLocal waits until the local copy of ns/name satisfies check.
-func (e *syncEnv) waitLocal(t *testing.T, ns, name string, check func(*unstructured.Unstructured) (bool, string)) *unstructured.Unstructured {
+func (e *syncEnv) waitLocal(t testing.TB, ns, name string, check func(*unstructured.Unstructured) (bool, string)) *unstructured.Unstructured {
 	t.Helper()
 	var got *unstructured.Unstructured
 	err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, string) {
@@ -188,7 +188,7 @@ func (e *syncEnv) waitLocal(t *testing.T, ns, name string, check func(*unstructu
 	return got
 }
 
-func (e *syncEnv) waitRemote(t *testing.T, ns, name string, check func(*unstructured.Unstructured, error) (bool, string)) {
+func (e *syncEnv) waitRemote(t testing.TB, ns, name string, check func(*unstructured.Unstructured, error) (bool, string)) {
 	t.Helper()
 	err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, string) {
 		return check(e.remote.Namespace(ns).Get(ctx, name, metav1.GetOptions{}))
