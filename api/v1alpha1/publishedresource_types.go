@@ -352,7 +352,8 @@ type PublishedResourceStatus struct {
 	// +optional
 	ServedResource string `json:"servedResource,omitempty"`
 
-	// Conditions: Published.
+	// Conditions: Published, and Synced (whether the edge can watch the
+	// local copies; False with LocalWatchFailed while it cannot).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -363,6 +364,10 @@ type PublishedResourceStatus struct {
 const (
 	// ConditionPublished is True once the schema is part of the APIExport.
 	ConditionPublished = "Published"
+	// ConditionSynced is True while the edge watches the resource's local
+	// copies, False (LocalWatchFailed) while it cannot list them, e.g. for
+	// lack of RBAC; its objects' intents are answered NOT_READY meanwhile.
+	ConditionSynced = "Synced"
 
 	ReasonPublished         = "Published"
 	ReasonPending           = "Pending"
@@ -376,6 +381,8 @@ const (
 	ReasonNamingInvalid     = "NamingInvalid"
 	ReasonMutationInvalid   = "MutationInvalid"
 	ReasonRelatedInvalid    = "RelatedInvalid"
+	ReasonWatching          = "Watching"
+	ReasonLocalWatchFailed  = "LocalWatchFailed"
 )
 
 // +kubebuilder:object:root=true

@@ -110,6 +110,8 @@ type localWatch struct {
 	synced bool // the informer has listed the local copies
 	// lastErr is the watch's last list/watch error, while not synced.
 	lastErr error
+	// condition is the Synced condition last written for the resource.
+	condition *syncedCondition
 }
 
 // appliedCopy is one local copy as this engine last applied it.
@@ -212,6 +214,7 @@ func (e *Engine) watchLocked(p *Published) {
 		e.mu.Lock()
 		w.lastErr = err
 		e.mu.Unlock()
+		e.queue.Add(conditionKey(p.Name))
 		e.opts.Log.Error(err, "cannot watch local copies", "publishedResource", p.Name, "resource", p.Local.String())
 	})
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -226,6 +229,7 @@ func (e *Engine) watchLocked(p *Published) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			w.synced, w.lastErr = true, nil
+			e.queue.Add(conditionKey(p.Name))
 			if e.watches[p.Name] == w {
 				e.sendInventoryLocked(w)
 			}
@@ -441,6 +445,15 @@ func (e *Engine) next(ctx context.Context) bool {
 	in := e.latest[k]
 	delete(e.latest, k)
 	e.mu.Unlock()
+	if name, ok := conditionName(k); ok {
+		if err := e.writeSyncedCondition(ctx, name); err != nil {
+			e.opts.Log.Error(err, "retrying")
+			e.queue.AddRateLimited(k)
+			return true
+		}
+		e.queue.Forget(k)
+		return true
+	}
 	if in == nil {
 		if err := e.repair(ctx, k); err != nil {
 			e.opts.Log.Error(err, "cannot repair a local copy; retrying", "object", k)

@@ -5,16 +5,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
@@ -108,6 +111,19 @@ func TestForbiddenResourceDoesNotStopAnother(t *testing.T) {
 	t.Cleanup(func() { stopChecked(t, edge) })
 	granted.edge = edge
 	waitLog(t, granted.edge, time.Minute, "cannot watch local copies", `"publishedResource":"denials"`, "forbidden")
+	// The service owner sees why on the PublishedResource.
+	pr, err := framework.WaitCondition(context.Background(), env.service.Config, "denials", ferryv1alpha1.ConditionSynced,
+		metav1.ConditionFalse, ferryv1alpha1.ReasonLocalWatchFailed, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(pr.Status.Conditions, ferryv1alpha1.ConditionSynced); !strings.Contains(c.Message, "forbidden") {
+		t.Errorf("Synced condition does not say why: %q", c.Message)
+	}
+	if _, err := framework.WaitCondition(context.Background(), env.service.Config, "grants", ferryv1alpha1.ConditionSynced,
+		metav1.ConditionTrue, ferryv1alpha1.ReasonWatching, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 
 	// Many intents for the forbidden kind first: they once filled the
 	// window that all resources share.

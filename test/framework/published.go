@@ -39,6 +39,13 @@ func GetPublishedResource(ctx context.Context, cfg *rest.Config, name string) (*
 // condition has status and reason (reason "" matches any) for its current
 // generation, and returns the object.
 func WaitPublishedCondition(ctx context.Context, cfg *rest.Config, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) (*ferryv1alpha1.PublishedResource, error) {
+	return WaitCondition(ctx, cfg, name, ferryv1alpha1.ConditionPublished, status, reason, timeout)
+}
+
+// WaitCondition waits until PublishedResource name has condition condType
+// with status (and reason, unless empty); the Published condition must
+// also describe the current generation.
+func WaitCondition(ctx context.Context, cfg *rest.Config, name, condType string, status metav1.ConditionStatus, reason string, timeout time.Duration) (*ferryv1alpha1.PublishedResource, error) {
 	var got *ferryv1alpha1.PublishedResource
 	err := Eventually(ctx, timeout, 100*time.Millisecond, func(ctx context.Context) (bool, string) {
 		pr, err := GetPublishedResource(ctx, cfg, name)
@@ -46,16 +53,17 @@ func WaitPublishedCondition(ctx context.Context, cfg *rest.Config, name string, 
 			return false, err.Error()
 		}
 		for _, c := range pr.Status.Conditions {
-			if c.Type != ferryv1alpha1.ConditionPublished {
+			if c.Type != condType {
 				continue
 			}
-			if c.Status == status && (reason == "" || c.Reason == reason) && c.ObservedGeneration == pr.Generation {
+			current := condType != ferryv1alpha1.ConditionPublished || c.ObservedGeneration == pr.Generation
+			if c.Status == status && (reason == "" || c.Reason == reason) && current {
 				got = pr
 				return true, ""
 			}
-			return false, fmt.Sprintf("Published=%s reason %s (generation %d/%d): %s", c.Status, c.Reason, c.ObservedGeneration, pr.Generation, c.Message)
+			return false, fmt.Sprintf("%s=%s reason %s (generation %d/%d): %s", condType, c.Status, c.Reason, c.ObservedGeneration, pr.Generation, c.Message)
 		}
-		return false, "no Published condition yet"
+		return false, "no " + condType + " condition yet"
 	})
 	if err != nil {
 		return nil, fmt.Errorf("PublishedResource %s: %w", name, err)
