@@ -204,7 +204,7 @@ func TestEngineOutlivesStreams(t *testing.T) {
 
 	// Created and deleted at once: nothing left on either side.
 	var quick []string
-	for i := range 50 {
+	for i := range 100 {
 		quick = append(quick, fmt.Sprintf("quick-%03d", i))
 	}
 	e.createRemoteParallel(t, quick)
