@@ -48,7 +48,7 @@ func TestSupersededReportIsAnsweredAtOnce(t *testing.T) {
 	w.add(reportTask{id: 1, key: key, status: &ferryv1.StatusReport{ReportId: 1}})
 	w.add(reportTask{id: 2, key: key, status: &ferryv1.StatusReport{ReportId: 2}})
 	w.add(reportTask{id: 2, key: key, status: &ferryv1.StatusReport{ReportId: 2}}) // re-sent after a reconnect
-	w.add(reportTask{id: 3, key: key, deletion: true})                              // another kind: not superseding
+	w.add(reportTask{id: 3, key: key, deletion: true})                             // another kind: not superseding
 	if len(answers) != 1 || answers[0].GetReportId() != 1 || answers[0].GetError() != nil {
 		t.Fatalf("want report 1 answered (no error) and nothing else, got %v", answers)
 	}

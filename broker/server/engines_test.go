@@ -16,7 +16,9 @@ import (
 // make no call to kcp.
 type idleWatcher struct{}
 
-func (idleWatcher) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func(string)) { <-ctx.Done() }
+func (idleWatcher) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func(string)) {
+	<-ctx.Done()
+}
 
 type discardSink struct{}
 
