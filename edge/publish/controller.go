@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -58,6 +59,12 @@ type Reconciler struct {
 	Store  *Store
 	Sync   SyncRegistry
 	Log    logr.Logger
+
+	mu sync.Mutex
+	// written is the status this reconciler last wrote per
+	// PublishedResource: the cache may not show it yet, and a status equal
+	// to the cached one is then still written (see setStatus).
+	written map[string]ferryv1alpha1.PublishedResourceStatus
 }
 
 // SetupWithManager registers the controller and its indexes.
@@ -213,6 +220,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // withdraw stops publishing (and syncing) a PublishedResource.
 func (r *Reconciler) withdraw(name string) {
+	r.mu.Lock()
+	delete(r.written, name)
+	r.mu.Unlock()
 	r.Store.Remove(name)
 	r.Sync.RemovePublished(name)
 }
@@ -332,13 +342,35 @@ func (r *Reconciler) setStatus(ctx context.Context, pr *ferryv1alpha1.PublishedR
 		updated.Status.ProjectedKind = res.GetProjectedKind()
 		updated.Status.ServedResource = gvr.GetResource() + "." + gvr.GetGroup() + "/" + gvr.GetVersion()
 	}
-	if equality.Semantic.DeepEqual(pr.Status, updated.Status) {
+	r.mu.Lock()
+	last, wrote := r.written[pr.Name]
+	r.mu.Unlock()
+	// Skipped only when the cache shows it and nothing else was written
+	// since: a broker answer can arrive (and be reconciled) before the
+	// cache shows the status written a moment earlier, which the cached
+	// object would then wrongly appear to match. A stale write fails with
+	// a conflict and is retried.
+	if equality.Semantic.DeepEqual(pr.Status, updated.Status) && (!wrote || equality.Semantic.DeepEqual(last, ownStatus(updated.Status))) {
 		return nil
 	}
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("cannot update status of PublishedResource %s: %w", pr.Name, err)
 	}
+	r.mu.Lock()
+	if r.written == nil {
+		r.written = map[string]ferryv1alpha1.PublishedResourceStatus{}
+	}
+	r.written[pr.Name] = ownStatus(updated.Status)
+	r.mu.Unlock()
 	return nil
+}
+
+// ownStatus is the part of a status this reconciler writes: all but the
+// conditions other writers own (Synced, by the sync engine).
+func ownStatus(st ferryv1alpha1.PublishedResourceStatus) ferryv1alpha1.PublishedResourceStatus {
+	out := *st.DeepCopy()
+	out.Conditions = slices.DeleteFunc(out.Conditions, func(c metav1.Condition) bool { return c.Type != ferryv1alpha1.ConditionPublished })
+	return out
 }
 
 // newPublish builds the Publish for pr: its spec and the CRD reduced to the
