@@ -57,7 +57,7 @@ func startBroker(t testing.TB, pkiDir string, cfg config.Config, extraArgs ...st
 	t.Helper()
 	dir := testDir(t)
 	b, err := framework.StartBroker(context.Background(), env.bins, framework.BrokerOptions{
-		Dir: dir, LogDir: dir, PKIDir: pkiDir, KCPKubeconfig: env.kcp.Kubeconfig, Config: cfg, ExtraArgs: extraArgs,
+		Dir: dir, LogDir: dir, PKIDir: pkiDir, KCPKubeconfig: env.kcp.StableKubeconfig, Config: cfg, ExtraArgs: extraArgs,
 	})
 	if err != nil {
 		t.Fatal(err)
