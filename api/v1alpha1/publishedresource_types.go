@@ -75,6 +75,45 @@ type PublishedResourceSpec struct {
 	// Synchronization controls whether objects are synced at all.
 	// +optional
 	Synchronization *SynchronizationSpec `json:"synchronization,omitempty"`
+
+	// DeletionPolicy says what becomes of the local copies when this
+	// PublishedResource is deleted or its synchronization disabled. In both
+	// cases the broker releases its finalizer on every kcp object of the
+	// resource, so kcp objects can always be deleted afterwards.
+	//
+	//   - Orphan (default): the local copies stay in the service cluster,
+	//     untouched (labels included), and related copies in kcp stay too.
+	//     Recreating the PublishedResource picks the copies up again.
+	//   - Delete: the edge deletes every local copy (and the related copies
+	//     ferry wrote next to them) before the finalizer of the
+	//     PublishedResource is removed; related copies in kcp are deleted.
+	//
+	// Orphan is the default because the local copies are usually real
+	// resources (a database, a bucket): deleting a PublishedResource — by
+	// mistake, or to recreate it with other settings — must not destroy
+	// them. Delete is for APIs whose copies are disposable.
+	// +optional
+	// +kubebuilder:default=Orphan
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// DeletionPolicy is Orphan or Delete.
+// +kubebuilder:validation:Enum=Orphan;Delete
+type DeletionPolicy string
+
+// Deletion policies.
+const (
+	DeletionPolicyOrphan DeletionPolicy = "Orphan"
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+)
+
+// PublishedResourceFinalizer is the edge's finalizer on PublishedResources:
+// it is removed once the broker released the objects (see DeletionPolicy).
+const PublishedResourceFinalizer = "ferry.dev/release-objects"
+
+// SyncDisabled tells whether the spec disables object synchronization.
+func (s *PublishedResourceSpec) SyncDisabled() bool {
+	return s.Synchronization != nil && s.Synchronization.Enabled != nil && !*s.Synchronization.Enabled
 }
 
 // SourceResource names a CRD on the service cluster and the versions to
@@ -383,6 +422,12 @@ const (
 	ReasonRelatedInvalid    = "RelatedInvalid"
 	ReasonWatching          = "Watching"
 	ReasonLocalWatchFailed  = "LocalWatchFailed"
+	// ReasonReleasing: the PublishedResource is being deleted (or its
+	// synchronization disabled) and the edge waits for its local copies to
+	// go or for the broker to release the objects in kcp.
+	ReasonReleasing = "Releasing"
+	// ReasonDisabled: synchronization is disabled; the objects are released.
+	ReasonDisabled = "SyncDisabled"
 )
 
 // +kubebuilder:object:root=true

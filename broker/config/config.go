@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -38,7 +39,41 @@ type Edge struct {
 	Identity string `json:"identity"`
 	// APIExport is the export this identity serves.
 	APIExport APIExportRef `json:"apiExport"`
+	// Name is the edge's name at this broker: the broker's finalizer on every
+	// kcp object it syncs for this edge is "ferry.dev/<name>". It is bound to
+	// the configuration, not to the agent name an edge announces, so an edge
+	// renamed on its side strands nothing. Entries serving the same APIExport
+	// (a standby) must resolve to the same name: the standby takes over the
+	// objects the active edge finalized. Optional: defaults to the last path
+	// segment of the identity (or the identity itself), lowercased, when that
+	// is a valid DNS label. Changing it later leaves the old finalizer on
+	// existing objects (release it with ferry-broker release-finalizers).
+	Name string `json:"name,omitempty"`
 }
+
+// FinalizerPrefix prefixes the broker's finalizer names.
+const FinalizerPrefix = "ferry.dev/"
+
+// ResolvedName is the entry's name, or the default derived from its
+// identity ("" when none can be derived).
+func (e Edge) ResolvedName() string {
+	if e.Name != "" {
+		return e.Name
+	}
+	id := strings.TrimRight(e.Identity, "/")
+	if i := strings.LastIndexAny(id, "/:"); i >= 0 {
+		id = id[i+1:]
+	}
+	id = strings.ToLower(id)
+	if len(validation.IsDNS1123Label(id)) > 0 {
+		return ""
+	}
+	return id
+}
+
+// Finalizer is the finalizer the broker puts on the kcp objects it syncs
+// for this edge.
+func (e Edge) Finalizer() string { return FinalizerPrefix + e.ResolvedName() }
 
 // APIExportRef names an APIExport in kcp.
 type APIExportRef struct {
@@ -73,6 +108,7 @@ func Load(path string) (*Config, error) {
 func (c *Config) Validate() error {
 	var errs []error
 	seen := map[string]bool{}
+	names := map[APIExportRef]int{} // first entry per export
 	for i, e := range c.Edges {
 		field := fmt.Sprintf("edges[%d]", i)
 		switch {
@@ -87,6 +123,23 @@ func (c *Config) Validate() error {
 		}
 		if msgs := validation.IsDNS1123Subdomain(e.APIExport.Name); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("%s.apiExport.name %q is not a valid APIExport name: %v", field, e.APIExport.Name, msgs))
+		}
+		name := e.ResolvedName()
+		switch {
+		case e.Name != "" && len(validation.IsDNS1123Label(e.Name)) > 0:
+			errs = append(errs, fmt.Errorf("%s.name %q is not a valid DNS label (it names the finalizer %s<name>)", field, e.Name, FinalizerPrefix))
+			continue
+		case name == "" && e.Identity != "":
+			errs = append(errs, fmt.Errorf("%s.name is required: no default can be derived from identity %q (the finalizer is %s<name>)", field, e.Identity, FinalizerPrefix))
+			continue
+		}
+		if first, ok := names[e.APIExport]; ok {
+			if other := c.Edges[first].ResolvedName(); other != name {
+				errs = append(errs, fmt.Errorf("%s serves APIExport %s like edges[%d], so both need the same name (finalizer), but they resolve to %q and %q: set name on both",
+					field, e.APIExport, first, other, name))
+			}
+		} else {
+			names[e.APIExport] = i
 		}
 	}
 	for i, a := range c.Admins {

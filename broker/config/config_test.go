@@ -40,6 +40,29 @@ edges:
 `,
 			wantErr: []string{"edges[0].identity is required", "edges[0].apiExport.workspace", "edges[0].apiExport.name", `edges[2].identity "a" is listed twice`},
 		},
+		{
+			name: "a standby must share the active edge's name (finalizer)",
+			yaml: `
+edges:
+- identity: spiffe://ferry.local/edge
+  apiExport: {workspace: "root:org", name: demo.ferry.dev}
+- identity: spiffe://ferry.local/standby
+  apiExport: {workspace: "root:org", name: demo.ferry.dev}
+`,
+			wantErr: []string{`edges[1] serves APIExport root:org/demo.ferry.dev like edges[0], so both need the same name (finalizer), but they resolve to "edge" and "standby"`},
+		},
+		{
+			name: "names that cannot name a finalizer",
+			yaml: `
+edges:
+- identity: spiffe://ferry.local/edge
+  name: Not_A_Label
+  apiExport: {workspace: "root:org", name: demo.ferry.dev}
+- identity: "spiffe://ferry.local/Under_Score"
+  apiExport: {workspace: "root:other", name: demo.ferry.dev}
+`,
+			wantErr: []string{`edges[0].name "Not_A_Label" is not a valid DNS label`, `edges[1].name is required: no default can be derived from identity "spiffe://ferry.local/Under_Score"`},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,8 +75,8 @@ edges:
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
 				}
-				if e, ok := c.EdgeFor("spiffe://ferry.local/edge"); !ok || e.APIExport.String() != "root:org/demo.ferry.dev" {
-					t.Errorf("EdgeFor = %+v, %v", e, ok)
+				if e, ok := c.EdgeFor("spiffe://ferry.local/edge"); !ok || e.APIExport.String() != "root:org/demo.ferry.dev" || e.Finalizer() != "ferry.dev/edge" {
+					t.Errorf("EdgeFor = %+v, %v (finalizer %q)", e, ok, e.Finalizer())
 				}
 				if !c.IsAdmin("spiffe://ferry.local/admin") || c.IsAdmin("spiffe://ferry.local/edge") {
 					t.Error("IsAdmin answers wrong")

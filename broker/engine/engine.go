@@ -52,8 +52,9 @@ type Options struct {
 	Export config.APIExportRef
 	// LogicalCluster is the export's workspace's logical cluster name.
 	LogicalCluster string
-	// Agent is the edge's agent name; the finalizer is "ferry.dev/<agent>".
-	Agent string
+	// EdgeName is the edge's name in the broker's configuration; the
+	// finalizer is "ferry.dev/<name>".
+	EdgeName string
 	// KCP is the broker's kcp rest config.
 	KCP *rest.Config
 	// Publisher applies Publish messages to kcp.
@@ -95,7 +96,7 @@ func New(o Options) *Engine {
 	e := &Engine{opts: o, bulkReady: ready, started: time.Now()}
 	e.intents = replicate.NewIntents(o.Epoch, o.Window, wake)
 	e.mgr = replicate.NewManager(replicate.Options{
-		KCP: o.KCP, Agent: o.Agent, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
+		KCP: o.KCP, EdgeName: o.EdgeName, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
 	})
 	e.reports = newReportWorker(e.mgr, e.control, o.Log.WithName("reports"))
 	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr)
@@ -134,8 +135,8 @@ func (e *Engine) exportStatus() *ferryv1.ExportStatus {
 	return ExportStatus(e.opts.Export, e.opts.LogicalCluster, url)
 }
 
-// Agent is the agent name the engine's finalizers carry.
-func (e *Engine) Agent() string { return e.opts.Agent }
+// EdgeName is the configured edge name the engine's finalizers carry.
+func (e *Engine) EdgeName() string { return e.opts.EdgeName }
 
 // Attach makes sink the engine's stream. The caller detaches (calling the
 // returned function) after the stream's loops have stopped.
@@ -211,12 +212,13 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectResponse, size, limit int) {
 func (e *Engine) Status() *ferryv1.EngineStatus {
 	st := e.intents.Stats()
 	return &ferryv1.EngineStatus{
-		StartedAt:      timestamppb.New(e.started),
-		Attachments:    e.attachments.Load(),
-		KcpLists:       e.mgr.Lists(),
-		OutboxPending:  uint32(st.Pending),
-		OutboxInFlight: uint32(st.InFlight),
-		Objects:        uint32(e.mgr.Objects()),
+		StartedAt:       timestamppb.New(e.started),
+		Attachments:     e.attachments.Load(),
+		KcpLists:        e.mgr.Lists(),
+		OutboxPending:   uint32(st.Pending),
+		OutboxInFlight:  uint32(st.InFlight),
+		Objects:         uint32(e.mgr.Objects()),
+		RefusedMessages: e.mgr.Refused(),
 	}
 }
 

@@ -2,13 +2,17 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/broker/replicate"
@@ -98,9 +102,21 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 	case *ferryv1.ConnectRequest_Unpublish:
 		publish.Forget(w.owners, name)
 		delete(w.done, name)
-		w.mgr.Remove(name)
+		if m.Unpublish.GetRelease() == ferryv1.ReleasePolicy_RELEASE_POLICY_UNSPECIFIED {
+			// Temporary: the finalizers stay until the edge publishes again.
+			w.mgr.Remove(name)
+			w.queue.Forget(name)
+			w.log.Info("PublishedResource withdrawn; its schema stays in the APIExport", "publishedResource", name)
+			return
+		}
+		res, err := w.release(ctx, m.Unpublish)
+		if err != nil {
+			w.log.Error(err, "releasing the objects of a deleted PublishedResource failed; retrying", "publishedResource", name)
+			w.requeue(name, msg)
+			return
+		}
 		w.queue.Forget(name)
-		w.log.Info("PublishedResource withdrawn; its schema stays in the APIExport", "publishedResource", name)
+		w.results(res)
 	case *ferryv1.ConnectRequest_Publish:
 		if d, ok := w.done[name]; ok && proto.Equal(d.msg, m.Publish) {
 			w.queue.Forget(name)
@@ -110,14 +126,12 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			return
 		}
 		res, err := w.applier.Apply(ctx, w.export, w.owners, m.Publish)
+		if err == nil && res.GetState() == ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
+			err = w.published(ctx, m.Publish, res)
+		}
 		if err != nil {
 			w.log.Error(err, "publishing failed; retrying", "publishedResource", name)
-			w.mu.Lock()
-			if _, newer := w.latest[name]; !newer {
-				w.latest[name] = msg
-			}
-			w.mu.Unlock()
-			w.queue.AddRateLimited(name)
+			w.requeue(name, msg)
 			res = &ferryv1.PublishResult{
 				PublishedResource: name, Generation: m.Publish.GetGeneration(), Revision: m.Publish.GetRevision(),
 				State: ferryv1.PublishState_PUBLISH_STATE_PENDING, Reason: "KCPError", Message: "kcp: " + err.Error() + " (retrying)",
@@ -127,10 +141,7 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			w.done[name] = applied{msg: m.Publish, res: res}
 			w.log.Info("publish applied", "publishedResource", name, "revision", res.GetRevision(),
 				"state", res.GetState().String(), "reason", res.GetReason(), "schema", res.GetResourceSchemaName())
-			switch res.GetState() {
-			case ferryv1.PublishState_PUBLISH_STATE_PUBLISHED:
-				w.published(m.Publish, res)
-			case ferryv1.PublishState_PUBLISH_STATE_FAILED:
+			if res.GetState() == ferryv1.PublishState_PUBLISH_STATE_FAILED {
 				w.mgr.Remove(name)
 			}
 		}
@@ -138,8 +149,19 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 	}
 }
 
-// published starts (or updates) syncing a published resource's objects.
-func (w *publishWorker) published(msg *ferryv1.Publish, res *ferryv1.PublishResult) {
+// requeue applies msg again later unless a newer message replaced it.
+func (w *publishWorker) requeue(name string, msg *ferryv1.ConnectRequest) {
+	w.mu.Lock()
+	if _, newer := w.latest[name]; !newer {
+		w.latest[name] = msg
+	}
+	w.mu.Unlock()
+	w.queue.AddRateLimited(name)
+}
+
+// published starts (or updates) syncing a published resource's objects, or
+// releases them when its synchronization is disabled.
+func (w *publishWorker) published(ctx context.Context, msg *ferryv1.Publish, res *ferryv1.PublishResult) error {
 	r, ok, err := syncedResource(msg, res)
 	switch {
 	case err != nil:
@@ -147,6 +169,51 @@ func (w *publishWorker) published(msg *ferryv1.Publish, res *ferryv1.PublishResu
 	case ok:
 		w.mgr.Ensure(r)
 	default:
-		w.mgr.Remove(msg.GetPublishedResource())
+		gvr := res.GetServedResource()
+		_, err := w.mgr.ReleaseAll(ctx, msg.GetPublishedResource(),
+			schema.GroupVersionResource{Group: gvr.GetGroup(), Version: gvr.GetVersion(), Resource: gvr.GetResource()},
+			deletionPolicy(msg) == ferryv1alpha1.DeletionPolicyDelete)
+		return err
 	}
+	return nil
+}
+
+// release answers an Unpublish with a release policy: every object of the
+// served resource is released in kcp. The resource must be the export's.
+func (w *publishWorker) release(ctx context.Context, u *ferryv1.Unpublish) (*ferryv1.PublishResult, error) {
+	name := u.GetPublishedResource()
+	gvr := u.GetServedResource()
+	res := &ferryv1.PublishResult{PublishedResource: name, State: ferryv1.PublishState_PUBLISH_STATE_WITHDRAWN, ServedResource: gvr}
+	if gvr.GetResource() == "" {
+		// Never published: nothing in kcp carries a finalizer of it.
+		w.mgr.Remove(name)
+		res.Message = "withdrawn; it was never served in kcp"
+		return res, nil
+	}
+	if gvr.GetGroup() != w.export.Name || gvr.GetVersion() == "" {
+		// Not the export's: refused, but answered, so the edge is not stuck.
+		w.mgr.Remove(name)
+		res.State, res.Reason = ferryv1.PublishState_PUBLISH_STATE_FAILED, ferryv1alpha1.ReasonBrokerRefused
+		res.Message = fmt.Sprintf("served resource %s.%s/%s is not part of APIExport %s; nothing released",
+			gvr.GetResource(), gvr.GetGroup(), gvr.GetVersion(), w.export)
+		return res, nil
+	}
+	n, err := w.mgr.ReleaseAll(ctx, name, schema.GroupVersionResource{Group: gvr.GetGroup(), Version: gvr.GetVersion(), Resource: gvr.GetResource()},
+		u.GetRelease() == ferryv1.ReleasePolicy_RELEASE_POLICY_DELETE)
+	if err != nil {
+		return nil, err
+	}
+	res.Message = fmt.Sprintf("withdrawn; the broker released its finalizer on %d objects in kcp", n)
+	return res, nil
+}
+
+// deletionPolicy reads spec.deletionPolicy from a Publish (default Orphan).
+func deletionPolicy(msg *ferryv1.Publish) ferryv1alpha1.DeletionPolicy {
+	var spec struct {
+		DeletionPolicy ferryv1alpha1.DeletionPolicy `json:"deletionPolicy"`
+	}
+	if err := json.Unmarshal(msg.GetSpec(), &spec); err != nil || spec.DeletionPolicy == "" {
+		return ferryv1alpha1.DeletionPolicyOrphan
+	}
+	return spec.DeletionPolicy
 }

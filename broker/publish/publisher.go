@@ -179,9 +179,13 @@ func mergeExport(spec *apisv1alpha2.APIExportSpec, group, plural, schemaName str
 	return changed
 }
 
-// eventsClaim lets the broker create Events in consumer workspaces.
+// eventsClaim lets the broker record Events in consumer workspaces: one
+// per object and reason, updated on repeats (get, update). An existing claim
+// is never rewritten (bindings accepted it as it is): an export claimed by
+// an older broker with "create" only gets one Event per object and reason,
+// without counts.
 func eventsClaim() apisv1alpha2.PermissionClaim {
-	return apisv1alpha2.PermissionClaim{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create"}}
+	return apisv1alpha2.PermissionClaim{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create", "get", "update"}}
 }
 
 // relatedClaims are the permission claims related resources need.

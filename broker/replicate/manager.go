@@ -43,7 +43,10 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/refindex"
 	"github.com/ferry-dev/ferry/pkg/related"
@@ -75,8 +78,9 @@ type Options struct {
 	// KCP is the broker's kcp rest config; the host is replaced by the
 	// virtual workspace URL.
 	KCP *rest.Config
-	// Agent is the edge's agent name; the finalizer is "ferry.dev/<agent>".
-	Agent string
+	// EdgeName is the edge's name in the broker's configuration; the
+	// finalizer is "ferry.dev/<name>".
+	EdgeName string
 	// Outbox receives the intents.
 	Outbox *Intents
 	// Log receives logs.
@@ -93,7 +97,10 @@ type Manager struct {
 	finalizer string
 	// lists counts the initial lists (and re-lists) made in kcp.
 	lists atomic.Uint64
-	queue workqueue.TypedRateLimitingInterface[item]
+	// refused counts edge messages refused because their claim did not
+	// hold (see Refused).
+	refused atomic.Uint64
+	queue   workqueue.TypedRateLimitingInterface[item]
 	// nacks spaces out retries of intents the edge could not apply.
 	nacks workqueue.TypedRateLimiter[item]
 
@@ -156,7 +163,7 @@ type watcher struct {
 func NewManager(o Options) *Manager {
 	return &Manager{
 		opts:        o,
-		finalizer:   "ferry.dev/" + o.Agent,
+		finalizer:   config.FinalizerPrefix + o.EdgeName,
 		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](), workqueue.TypedRateLimitingQueueConfig[item]{Name: "replicate"}),
 		nacks:       workqueue.NewTypedItemExponentialFailureRateLimiter[item](time.Second, 5*time.Minute),
 		desired:     map[string]Resource{},
@@ -211,8 +218,18 @@ func (m *Manager) SetVirtualWorkspace(url string) {
 func (m *Manager) Ensure(res Resource) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if w, ok := m.running[res.PublishedResource]; ok && !sameResource(w.res, res) {
-		m.stopLocked(res.PublishedResource)
+	if w, ok := m.running[res.PublishedResource]; ok {
+		switch {
+		case !sameWatch(w.res, res):
+			m.stopLocked(res.PublishedResource)
+		case !sameFilters(w.res, res):
+			// The watch is unfiltered: a filter change only re-evaluates
+			// which objects are in scope (those leaving it are released).
+			w.res = res
+			for _, k := range w.store.ListKeys() {
+				m.queue.Add(item{pr: res.PublishedResource, key: k})
+			}
+		}
 	}
 	if _, known := m.desired[res.PublishedResource]; !known {
 		m.gateLocked(res.PublishedResource)
@@ -227,15 +244,20 @@ func (m *Manager) Ensure(res Resource) {
 	}
 }
 
-func sameResource(a, b Resource) bool {
+// sameWatch tells whether b can keep a's watch and cache.
+func sameWatch(a, b Resource) bool {
+	return a.GVR == b.GVR && a.HasStatus == b.HasStatus && a.WorkspacePaths == b.WorkspacePaths
+}
+
+// sameFilters tells whether a and b select the same objects.
+func sameFilters(a, b Resource) bool {
 	selectorString := func(s labels.Selector) string {
 		if s == nil {
 			return "<none>"
 		}
 		return s.String()
 	}
-	return a.GVR == b.GVR && a.HasStatus == b.HasStatus && a.WorkspacePaths == b.WorkspacePaths &&
-		selectorString(a.Selector) == selectorString(b.Selector) &&
+	return selectorString(a.Selector) == selectorString(b.Selector) &&
 		selectorString(a.NamespaceSelector) == selectorString(b.NamespaceSelector)
 }
 
@@ -288,6 +310,10 @@ func (m *Manager) Detach() {
 	defer m.mu.Unlock()
 	m.attached = false
 }
+
+// Refused is the number of edge messages the manager refused since it
+// started because what they claimed did not hold in kcp.
+func (m *Manager) Refused() uint64 { return m.refused.Load() }
 
 // Lists is the number of lists the manager made in kcp since it started.
 func (m *Manager) Lists() uint64 { return m.lists.Load() }
@@ -371,6 +397,78 @@ func (m *Manager) Remove(pr string) {
 	m.reconcileRelatedLocked()
 }
 
+// ReleaseAll stops syncing pr and releases the broker's finalizer on every
+// object of gvr, so that kcp objects can be deleted without ferry: the
+// PublishedResource was deleted or its synchronization disabled. The objects
+// are listed live through the virtual workspace (after a restart the broker
+// may not watch gvr any more). With deleteRelated, the service-origin
+// related copies of those objects are deleted first (when pr's related
+// entries are known). It is idempotent: a failure is retried as a whole.
+func (m *Manager) ReleaseAll(ctx context.Context, pr string, gvr schema.GroupVersionResource, deleteRelated bool) (released int, err error) {
+	m.mu.Lock()
+	res, known := m.desired[pr]
+	m.mu.Unlock()
+	// No new finalizer from here on.
+	m.Remove(pr)
+	objs, err := ListFinalized(ctx, m.client, gvr, m.finalizer)
+	if err != nil {
+		return 0, err
+	}
+	if deleteRelated && known {
+		dyn, err := m.client("*")
+		if err != nil {
+			return 0, err
+		}
+		if err := m.deleteAllRelatedCopies(ctx, dyn, res, objs); err != nil {
+			return 0, err
+		}
+	}
+	for i := range objs {
+		o := &objs[i]
+		if err := RemoveFinalizer(ctx, m.client, gvr, o, m.finalizer); err != nil {
+			return released, fmt.Errorf("cannot release %s: %w", KeyString(objectKey(o, gvr)), err)
+		}
+		m.opts.Outbox.Forget(objectKey(o, gvr), nil)
+		released++
+	}
+	m.opts.Log.Info("released every object of a withdrawn PublishedResource", "publishedResource", pr, "resource", gvr.String(),
+		"released", released, "relatedCopiesDeleted", deleteRelated && known)
+	return released, nil
+}
+
+// deleteAllRelatedCopies deletes the service-origin related copies in kcp
+// of objs: one list per related kind (by ferry's labels), not one per object.
+func (m *Manager) deleteAllRelatedCopies(ctx context.Context, dyn dynamic.Interface, res Resource, objs []unstructured.Unstructured) error {
+	uids := make(map[string]bool, len(objs))
+	for i := range objs {
+		uids[string(objs[i].GetUID())] = true
+	}
+	for _, ref := range res.Related {
+		if ref.Origin != ferryv1alpha1.OriginService {
+			continue
+		}
+		list, err := dyn.Resource(ref.Resource).List(ctx, metav1.ListOptions{
+			LabelSelector: naming.LabelRelatedTo + "," + naming.LabelRelatedIdentifier + "=" + ref.Identifier,
+		})
+		if err != nil {
+			return fmt.Errorf("cannot list related %s in kcp: %w", ref.Resource, err)
+		}
+		for _, c := range list.Items {
+			if !uids[c.GetLabels()[naming.LabelRelatedTo]] {
+				continue
+			}
+			uid := c.GetUID()
+			err := dyn.Resource(ref.Resource).Namespace(c.GetNamespace()).Delete(ctx, c.GetName(), metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &uid},
+			})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("cannot delete related %s %s/%s in kcp: %w", ref.Resource, c.GetNamespace(), c.GetName(), err)
+			}
+		}
+	}
+	return nil
+}
+
 func (m *Manager) stopLocked(pr string) {
 	if w, ok := m.running[pr]; ok {
 		w.cancel()
@@ -394,9 +492,10 @@ func (m *Manager) reconcileLocked() {
 		ctx, cancel := context.WithCancel(m.ctx)
 		w := &watcher{res: res, store: newStore(), cancel: cancel}
 		m.running[pr] = w
-		selector := res.Selector.String()
-		lw := m.countLists(watching.ListWatch(dyn.Resource(res.GVR), selector))
-		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "selector", selector)
+		// Unfiltered: an object that leaves spec.filter must still be seen
+		// (as out of scope, not as deleted), or its finalizer would stay.
+		lw := m.countLists(watching.ListWatch(dyn.Resource(res.GVR), ""))
+		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "filter", res.Selector.String())
 		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() {
 			w.synced.Store(true)
 			m.opts.Log.Info("published resource listed", "publishedResource", pr, "objects", len(w.store.ListKeys()))
@@ -450,24 +549,61 @@ func (m *Manager) namespaceChanged(nsKey string) {
 	}
 }
 
-// namespaceMatches tells whether obj's namespace passes res's namespace
-// filter; unknown namespaces do not (the namespace watch requeues).
-func (m *Manager) namespaceMatches(res Resource, obj *unstructured.Unstructured) bool {
+// scope is whether an object is one the PublishedResource syncs.
+type scope int
+
+const (
+	// inScope: the object passes spec.filter.
+	inScope scope = iota
+	// outOfScope: the object does not pass spec.filter (any more); a copy
+	// the edge holds is deleted and the finalizer released.
+	outOfScope
+	// scopeUnknown: its namespace is not in the cache yet; nothing is done
+	// until the namespace watch requeues the object.
+	scopeUnknown
+)
+
+// scopeOf evaluates res's filters on obj.
+func (m *Manager) scopeOf(res Resource, obj *unstructured.Unstructured) scope {
+	if res.Selector != nil && !res.Selector.Matches(labels.Set(obj.GetLabels())) {
+		return outOfScope
+	}
 	if res.NamespaceSelector == nil || obj.GetNamespace() == "" {
-		return true
+		return inScope
 	}
 	m.mu.Lock()
 	store := m.namespaces
 	m.mu.Unlock()
 	if store == nil {
-		return false
+		return scopeUnknown
 	}
 	raw, ok, err := store.GetByKey(logicalcluster.From(obj).String() + "|/" + obj.GetNamespace())
 	if err != nil || !ok {
-		return false
+		return scopeUnknown
 	}
 	ns, ok := raw.(*unstructured.Unstructured)
-	return ok && res.NamespaceSelector.Matches(labels.Set(ns.GetLabels()))
+	if !ok || !res.NamespaceSelector.Matches(labels.Set(ns.GetLabels())) {
+		return outOfScope
+	}
+	return inScope
+}
+
+// holds tells whether the broker syncs obj for this edge: it carries the
+// edge's finalizer and has not left the filters. Reports about any other
+// object are refused: the edge cannot write into objects it was not sent.
+func (m *Manager) holds(res Resource, obj *unstructured.Unstructured) bool {
+	return slices.Contains(obj.GetFinalizers(), m.finalizer) && m.scopeOf(res, obj) != outOfScope
+}
+
+// wantsDelete tells whether the broker asks the edge to delete obj's copy:
+// it is being deleted in kcp or has left the filters, and still carries the
+// finalizer. This is also the only state in which a deletion confirmation
+// is accepted.
+func (m *Manager) wantsDelete(res Resource, obj *unstructured.Unstructured) bool {
+	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
+		return false
+	}
+	return obj.GetDeletionTimestamp() != nil || m.scopeOf(res, obj) == outOfScope
 }
 
 // clientLocked returns a dynamic client for cluster ("*" for all) through
@@ -538,16 +674,18 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		return nil
 	}
 
-	if obj.GetDeletionTimestamp() != nil {
-		if hasFinalizer && m.markSent(it, "delete") {
+	if m.wantsDelete(w.res, obj) {
+		// Deleted in kcp, or out of the filters: the edge deletes its copy,
+		// confirms, and the finalizer is released (Release).
+		if m.markSent(it, "delete") {
 			m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}))
 		}
 		return nil
 	}
+	if obj.GetDeletionTimestamp() != nil || m.scopeOf(w.res, obj) != inScope {
+		return nil // not ours (any more), or its namespace is not known yet
+	}
 	if !hasFinalizer {
-		if !m.namespaceMatches(w.res, obj) {
-			return nil // filtered out by its namespace's labels
-		}
 		// The next event (our own update) sends the intent: an object is
 		// never synced before the finalizer guarantees we see its deletion.
 		return m.addFinalizer(ctx, key, obj)
@@ -680,36 +818,28 @@ func (m *Manager) addFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj 
 	if err != nil {
 		return err
 	}
-	return m.patchFinalizers(ctx, ri, obj, append(slices.Clone(obj.GetFinalizers()), m.finalizer))
-}
-
-// patchFinalizers sets the finalizer list, guarded by the resourceVersion
-// so a concurrent change is never overwritten.
-func (m *Manager) patchFinalizers(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, finalizers []string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"finalizers": finalizers, "resourceVersion": obj.GetResourceVersion(), "uid": obj.GetUID(),
-	}})
-	if err != nil {
-		return err
-	}
-	_, err = ri.Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return patchFinalizers(ctx, ri, obj, append(slices.Clone(obj.GetFinalizers()), m.finalizer))
 }
 
 // Release finishes a deletion the edge confirmed: the primary's
 // service-origin related copies in kcp are deleted, then its finalizer is
-// released. The confirmation is checked first: the object must be being
-// deleted in kcp.
+// released. The confirmation is checked first against the broker's own view:
+// it is accepted only while the broker asks for the copy's deletion (the
+// object is being deleted in kcp or has left the filters); an object that is
+// gone or was replaced needs nothing.
 func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
 	obj, err := m.current(ctx, pr, key)
 	if err != nil {
 		return err
 	}
-	if obj != nil && obj.GetDeletionTimestamp() == nil {
-		return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
+	if obj != nil {
+		m.mu.Lock()
+		res := m.desired[pr]
+		m.mu.Unlock()
+		if !m.wantsDelete(res, obj) {
+			m.refused.Add(1)
+			return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
+		}
 	}
 	if err := m.deleteRelatedCopies(ctx, pr, key); err != nil {
 		return err
@@ -728,7 +858,7 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 
 // ErrNotDeleting refuses a deletion confirmation for an object the broker
 // did not ask to delete.
-var ErrNotDeleting = errors.New("the object is not being deleted in kcp")
+var ErrNotDeleting = errors.New("refused: the broker did not ask to delete this object's copy (it is not being deleted in kcp and is in the PublishedResource's scope)")
 
 // current returns the kcp object behind key: from the cache, or, when the
 // cache misses, from kcp (nil when gone or replaced by another object of
@@ -784,11 +914,11 @@ func (m *Manager) cached(pr string, key *ferryv1.ObjectKey) (*unstructured.Unstr
 var errNotListed = errors.New("the published resource is not listed yet")
 
 // releaseFinalizer removes the broker's finalizer from obj, the kcp object
-// behind key, once the edge confirmed its local copy is gone. obj comes
-// from the cache (no extra read in kcp); the patch is guarded by its
-// resourceVersion, so a stale cache only costs a retry. A missing object or
-// finalizer is fine (already released); an object not being deleted is
-// refused.
+// behind key, once the edge confirmed its local copy is gone (the caller
+// checked that the broker asked for that). obj comes from the cache (no
+// extra read in kcp); the patch is guarded by its resourceVersion, so a
+// stale cache only costs a retry. A missing object or finalizer is fine
+// (already released).
 func (m *Manager) releaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj *unstructured.Unstructured) error {
 	if obj == nil {
 		return nil
@@ -796,14 +926,11 @@ func (m *Manager) releaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey, 
 	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
 		return nil // already released
 	}
-	if obj.GetDeletionTimestamp() == nil {
-		return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
-	}
 	ri, err := m.resourceClient(key)
 	if err != nil {
 		return err
 	}
-	return m.patchFinalizers(ctx, ri, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == m.finalizer }))
+	return patchFinalizers(ctx, ri, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == m.finalizer }))
 }
 
 // ErrNoStatus is returned by WriteStatus for resources without a status
@@ -834,6 +961,10 @@ func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.Objec
 	}
 	if obj == nil {
 		return false, fmt.Errorf("%w: %s is gone from kcp", ErrGone, KeyString(key))
+	}
+	if !m.holds(res, obj) {
+		m.refused.Add(1)
+		return false, fmt.Errorf("%w: %s is not synced for this edge (no finalizer, or outside the PublishedResource's filters)", ErrRefused, KeyString(key))
 	}
 	if current, found := obj.Object["status"]; found && reflect.DeepEqual(current, value) {
 		return false, nil
@@ -929,51 +1060,6 @@ func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.Obj
 func (m *Manager) RecordStatusFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error {
 	return m.recordEvent(ctx, pr, key, "Warning", "StatusNotSynced", fmt.Sprintf("the status of the local copy was not synced back (%s): %s",
 		reasonText(applyErr.GetReason()), applyErr.GetMessage()))
-}
-
-// recordEvent records an Event on the kcp object behind key (through the
-// APIExport's "events" permission claim).
-func (m *Manager) recordEvent(ctx context.Context, pr string, key *ferryv1.ObjectKey, eventType, reason, message string) error {
-	m.mu.Lock()
-	w, ok := m.running[pr]
-	m.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	raw, exists, err := w.store.GetByKey(storeKey(key))
-	if err != nil || !exists {
-		return err
-	}
-	obj := raw.(*unstructured.Unstructured)
-	c, err := m.client(key.GetCluster())
-	if err != nil {
-		return err
-	}
-	ns := key.GetNamespace()
-	if ns == "" {
-		ns = metav1.NamespaceDefault
-	}
-	now := metav1.Now().UTC().Format(time.RFC3339)
-	event := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1",
-		"kind":       "Event",
-		"metadata":   map[string]any{"generateName": key.GetName() + ".", "namespace": ns},
-		"involvedObject": map[string]any{
-			"apiVersion": obj.GetAPIVersion(), "kind": obj.GetKind(), "name": key.GetName(),
-			"namespace": key.GetNamespace(), "uid": key.GetUid(), "resourceVersion": obj.GetResourceVersion(),
-		},
-		"type":               eventType,
-		"reason":             reason,
-		"message":            message,
-		"source":             map[string]any{"component": "ferry-broker"},
-		"reportingComponent": "ferry.dev/broker",
-		"reportingInstance":  m.opts.Agent,
-		"firstTimestamp":     now,
-		"lastTimestamp":      now,
-		"count":              int64(1),
-	}}
-	_, err = c.Resource(schema.GroupVersionResource{Version: "v1", Resource: "events"}).Namespace(ns).Create(ctx, event, metav1.CreateOptions{})
-	return err
 }
 
 func reasonText(r ferryv1.ApplyErrorReason) string {

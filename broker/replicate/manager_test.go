@@ -22,7 +22,7 @@ import (
 func testManager(t *testing.T, objs ...*unstructured.Unstructured) (*Manager, *Intents) {
 	t.Helper()
 	intents := NewIntents(1, 100, nil)
-	m := NewManager(Options{Agent: "nora", Outbox: intents, Log: logr.Discard()})
+	m := NewManager(Options{EdgeName: "nora", Outbox: intents, Log: logr.Discard()})
 	res := Resource{PublishedResource: "pr", GVR: schema.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"}, Selector: labels.Everything()}
 	w := &watcher{res: res, store: newStore(), cancel: func() {}}
 	w.synced.Store(true)

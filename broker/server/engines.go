@@ -15,8 +15,8 @@ import (
 // engines holds the long-lived sync engine of every APIExport an edge has
 // served. An engine outlives its edge's streams; it stops after idleTimeout
 // without a stream (its watches and caches are released then), when the
-// edge's agent name changes (its finalizer name changes with it), and when
-// the broker shuts down. Safe for concurrent use.
+// edge's configured name changes (its finalizer name changes with it), and
+// when the broker shuts down. Safe for concurrent use.
 type engines struct {
 	newEngine   func(config.APIExportRef, string, string) *engine.Engine
 	idleTimeout time.Duration
@@ -56,9 +56,9 @@ func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, lo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	run, ok := r.running[export]
-	if ok && run.e.Agent() != agent {
-		r.log.Info("edge agent name changed; starting a new sync engine", logging.KeyExport, export.String(),
-			"previousAgent", run.e.Agent(), logging.KeyAgent, agent)
+	if ok && run.e.EdgeName() != agent {
+		r.log.Info("edge name (finalizer) changed; starting a new sync engine", logging.KeyExport, export.String(),
+			"previousName", run.e.EdgeName(), "name", agent)
 		r.stopLocked(export, run)
 		<-run.done // its writers stop before another engine starts
 		ok = false

@@ -27,7 +27,7 @@ func (discardSink) Control(*ferryv1.ConnectResponse) error { return nil }
 func testEngines(t *testing.T, idle time.Duration) *engines {
 	t.Helper()
 	r := newEngines(idle, logr.Discard(), func(export config.APIExportRef, agent, lc string) *engine.Engine {
-		return engine.New(engine.Options{Export: export, Agent: agent, LogicalCluster: lc, Watcher: idleWatcher{},
+		return engine.New(engine.Options{Export: export, EdgeName: agent, LogicalCluster: lc, Watcher: idleWatcher{},
 			Window: 8, Log: logr.Discard()})
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,8 +89,8 @@ func TestAgentChangeReplacesTheEngine(t *testing.T) {
 	r.mu.Unlock()
 	renamed, release := r.attach(discardSink{}, testExport, "otto", "lc")
 	defer release()
-	if renamed == old || renamed.Agent() != "otto" {
-		t.Fatalf("want a new engine for agent otto, got agent %q (same: %v)", renamed.Agent(), renamed == old)
+	if renamed == old || renamed.EdgeName() != "otto" {
+		t.Fatalf("want a new engine for agent otto, got agent %q (same: %v)", renamed.EdgeName(), renamed == old)
 	}
 	select {
 	case <-oldRun.done:

@@ -77,7 +77,7 @@ func New(o Options) *Server {
 	log := o.Log.WithName("sync")
 	engs := newEngines(o.EngineIdleTimeout, log, func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine {
 		return engine.New(engine.Options{
-			Export: export, LogicalCluster: logicalCluster, Agent: agent, KCP: o.KCP, Publisher: o.Publisher,
+			Export: export, LogicalCluster: logicalCluster, EdgeName: agent, KCP: o.KCP, Publisher: o.Publisher,
 			Watcher: o.Resolver, Epoch: epoch, Window: o.InFlightWindow, InventoryGate: inventoryGate,
 			Log: log.WithName("engine").WithValues(logging.KeyExport, export.String(), logging.KeyAgent, agent),
 		})

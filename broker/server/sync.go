@@ -136,7 +136,9 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	defer release()
 
 	loop := link.NewLoop[*ferryv1.ConnectRequest, *ferryv1.ConnectResponse](controlCapacity)
-	eng, detach := s.engines.attach(loop, edgeCfg.APIExport, hello.GetAgentName(), state.LogicalCluster)
+	// The engine's finalizer comes from the configuration entry, never from
+	// the agent name the edge announces.
+	eng, detach := s.engines.attach(loop, edgeCfg.APIExport, edgeCfg.ResolvedName(), state.LogicalCluster)
 	// Detached after the loops have stopped (defers run in reverse): the
 	// slot is released only then, so a new stream never overlaps this one.
 	defer detach()

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -20,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -49,6 +52,9 @@ const placeholderGroup = "pending.ferry.dev"
 type SyncRegistry interface {
 	SetPublished(p *replica.Published)
 	RemovePublished(name string)
+	// DeleteCopies deletes the local copies of a withdrawn resource and
+	// tells how many still exist (it may block on the API server).
+	DeleteCopies(ctx context.Context, local schema.GroupVersionResource, related []replica.Related) (remaining int, err error)
 }
 
 // Reconciler publishes PublishedResources through the Store.
@@ -123,10 +129,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if !pr.DeletionTimestamp.IsZero() {
-		r.withdraw(pr.Name)
-		return reconcile.Result{}, nil
+		return r.finalize(ctx, &pr)
+	}
+	if !controllerutil.ContainsFinalizer(&pr, ferryv1alpha1.PublishedResourceFinalizer) {
+		// Added before anything is published: a deletion then always
+		// passes through finalize, which releases the objects in kcp.
+		patch := client.MergeFromWithOptions(pr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&pr, ferryv1alpha1.PublishedResourceFinalizer)
+		if err := r.Client.Patch(ctx, &pr, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("cannot add finalizer to PublishedResource %s: %w", pr.Name, err)
+		}
 	}
 	st := r.Store.Status(pr.Name)
+	var requeue time.Duration
 	group := st.ExportName
 	if group == "" {
 		group = placeholderGroup
@@ -198,6 +213,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	current := res != nil && res.GetRevision() == msg.GetRevision()
 	if current && res.GetState() == ferryv1.PublishState_PUBLISH_STATE_FAILED {
 		r.Sync.RemovePublished(pr.Name)
+	} else if pr.Spec.SyncDisabled() {
+		// The broker releases the objects in kcp when it takes this
+		// Publish; the local copies follow spec.deletionPolicy.
+		r.Sync.RemovePublished(pr.Name)
+		if policy(&pr) == ferryv1alpha1.DeletionPolicyDelete {
+			remaining, err := r.Sync.DeleteCopies(ctx, localResource(crd), relatedRefs)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if remaining > 0 {
+				// Not the hot path: a withdrawn resource's copies finishing
+				// their own finalizers are looked at again after a while.
+				r.Log.Info("synchronization disabled; waiting for local copies to be deleted", "publishedResource", pr.Name, "remaining", remaining)
+				requeue = releasePoll
+			}
+		}
 	} else if group != placeholderGroup {
 		// Sync is registered as soon as the real projection is known, not
 		// after the broker's answer, so the local copies are watched (and
@@ -206,16 +237,114 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs,
 		})
 	}
+	result := reconcile.Result{RequeueAfter: requeue}
 	switch {
 	case current:
-		return reconcile.Result{}, r.statusFromResult(ctx, &pr, crd, res)
+		return result, r.statusFromResult(ctx, &pr, crd, res)
 	case !st.Connected:
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonBrokerUnavailable,
+		return result, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonBrokerUnavailable,
 			fmt.Sprintf("not connected to the broker at %s; publishing as soon as the edge connects", st.BrokerAddress), nil)
 	default:
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonPending,
+		return result, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonPending,
 			"sent to the broker; waiting for its answer", nil)
 	}
+}
+
+// releasePoll is how often a PublishedResource whose local copies are being
+// deleted (deletionPolicy Delete) is looked at again: the copies may wait
+// for finalizers of the service's own controllers, which this controller
+// does not watch.
+const releasePoll = 2 * time.Second
+
+// policy is the PublishedResource's deletion policy (default Orphan).
+func policy(pr *ferryv1alpha1.PublishedResource) ferryv1alpha1.DeletionPolicy {
+	if pr.Spec.DeletionPolicy == ferryv1alpha1.DeletionPolicyDelete {
+		return ferryv1alpha1.DeletionPolicyDelete
+	}
+	return ferryv1alpha1.DeletionPolicyOrphan
+}
+
+// localResource is a served version of crd's resource (any one lists and
+// deletes the same objects).
+func localResource(crd *apiextensionsv1.CustomResourceDefinition) schema.GroupVersionResource {
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}
+	for _, v := range crd.Spec.Versions {
+		if v.Served {
+			gvr.Version = v.Name
+			if v.Storage {
+				break
+			}
+		}
+	}
+	return gvr
+}
+
+// servedResource parses status.servedResource ("plural.group/version").
+func servedResource(s string) *ferryv1.GroupVersionResource {
+	rg, version, ok := strings.Cut(s, "/")
+	if !ok {
+		return nil
+	}
+	resource, group, ok := strings.Cut(rg, ".")
+	if !ok || resource == "" || version == "" {
+		return nil
+	}
+	return &ferryv1.GroupVersionResource{Group: group, Version: version, Resource: resource}
+}
+
+// finalize handles a deleted PublishedResource: syncing stops, the local
+// copies are deleted (deletionPolicy Delete) or left (Orphan), the broker
+// releases its finalizer on every object in kcp, and only then the
+// PublishedResource's own finalizer is removed. kcp objects are thus never
+// left Terminating because a PublishedResource went away.
+func (r *Reconciler) finalize(ctx context.Context, pr *ferryv1alpha1.PublishedResource) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(pr, ferryv1alpha1.PublishedResourceFinalizer) {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, nil
+	}
+	r.Sync.RemovePublished(pr.Name) // no repairs of copies from here on
+	pol := policy(pr)
+	if pol == ferryv1alpha1.DeletionPolicyDelete {
+		crd, err := r.findCRD(ctx, pr.Spec.Resource)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if crd != nil {
+			relatedRefs, _ := r.compileRelated(pr, crd) // an invalid entry wrote nothing
+			remaining, err := r.Sync.DeleteCopies(ctx, localResource(crd), relatedRefs)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if remaining > 0 {
+				return reconcile.Result{RequeueAfter: releasePoll}, r.setStatus(ctx, pr, metav1.ConditionFalse, ferryv1alpha1.ReasonReleasing,
+					fmt.Sprintf("being deleted (deletionPolicy Delete): waiting for %d local copies to be deleted", remaining), nil)
+			}
+		}
+	}
+	release := ferryv1.ReleasePolicy_RELEASE_POLICY_ORPHAN
+	if pol == ferryv1alpha1.DeletionPolicyDelete {
+		release = ferryv1.ReleasePolicy_RELEASE_POLICY_DELETE
+	}
+	answer := r.Store.Release(&ferryv1.Unpublish{PublishedResource: pr.Name, Release: release, ServedResource: servedResource(pr.Status.ServedResource)})
+	if answer == nil {
+		st := r.Store.Status(pr.Name)
+		msg := "being deleted: waiting for the broker to release the objects in kcp"
+		if !st.Connected {
+			msg = fmt.Sprintf("being deleted: waiting for the broker at %s to release the objects in kcp (not connected)", st.BrokerAddress)
+		}
+		// The store requeues when the broker answers or the edge connects.
+		return reconcile.Result{}, r.setStatus(ctx, pr, metav1.ConditionFalse, ferryv1alpha1.ReasonReleasing, msg, nil)
+	}
+	r.Log.Info("PublishedResource deleted; the broker released its objects", "publishedResource", pr.Name,
+		"deletionPolicy", string(pol), "broker", answer.GetMessage())
+	patch := client.MergeFromWithOptions(pr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(pr, ferryv1alpha1.PublishedResourceFinalizer)
+	if err := r.Client.Patch(ctx, pr, patch); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("cannot remove the finalizer of PublishedResource %s: %w", pr.Name, err)
+	}
+	r.withdraw(pr.Name)
+	r.Store.Forget(pr.Name)
+	return reconcile.Result{}, nil
 }
 
 // withdraw stops publishing (and syncing) a PublishedResource.

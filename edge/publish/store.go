@@ -22,10 +22,15 @@ import (
 type Store struct {
 	brokerAddress string
 
-	mu        sync.Mutex
-	desired   map[string]*ferryv1.Publish
-	dirty     map[string]struct{} // to send: a Publish, or an Unpublish when not desired
-	results   map[string]*ferryv1.PublishResult
+	mu      sync.Mutex
+	desired map[string]*ferryv1.Publish
+	dirty   map[string]struct{} // to send: a Publish, or an Unpublish when not desired
+	results map[string]*ferryv1.PublishResult
+	// releasing holds the Unpublish (with a release policy) of each
+	// PublishedResource being deleted, re-sent on every stream until the
+	// broker answers it; released records those it answered.
+	releasing map[string]*ferryv1.Unpublish
+	released  map[string]*ferryv1.PublishResult
 	connected bool
 	export    *ferryv1.ExportStatus
 	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]
@@ -40,6 +45,8 @@ func NewStore(brokerAddress string, wake func()) *Store {
 		desired:       map[string]*ferryv1.Publish{},
 		dirty:         map[string]struct{}{},
 		results:       map[string]*ferryv1.PublishResult{},
+		releasing:     map[string]*ferryv1.Unpublish{},
+		released:      map[string]*ferryv1.PublishResult{},
 		wake:          wake,
 	}
 }
@@ -50,6 +57,9 @@ func (s *Store) Set(msg *ferryv1.Publish) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	name := msg.GetPublishedResource()
+	// Recreated after a deletion: nothing to release any more.
+	delete(s.releasing, name)
+	delete(s.released, name)
 	if old, ok := s.desired[name]; ok && proto.Equal(old, msg) {
 		return
 	}
@@ -67,6 +77,34 @@ func (s *Store) Remove(name string) {
 	delete(s.desired, name)
 	delete(s.results, name)
 	s.markDirty(name)
+}
+
+// Release asks the broker to release every object of a deleted
+// PublishedResource (u carries the policy and the served resource) and
+// returns the broker's answer once it came (nil before). The request is
+// re-sent on every stream until answered.
+func (s *Store) Release(u *ferryv1.Unpublish) *ferryv1.PublishResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := u.GetPublishedResource()
+	if r, ok := s.released[name]; ok {
+		return r
+	}
+	delete(s.desired, name)
+	delete(s.results, name)
+	if old, ok := s.releasing[name]; !ok || !proto.Equal(old, u) {
+		s.releasing[name] = u
+		s.markDirty(name)
+	}
+	return nil
+}
+
+// Forget drops what the store knows of a PublishedResource that is gone.
+func (s *Store) Forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.releasing, name)
+	delete(s.released, name)
 }
 
 func (s *Store) markDirty(name string) {
@@ -132,6 +170,9 @@ func (s *Store) Connected(hello *ferryv1.BrokerHello) {
 	for name := range s.desired {
 		s.dirty[name] = struct{}{}
 	}
+	for name := range s.releasing {
+		s.dirty[name] = struct{}{}
+	}
 	s.wake()
 	// The export name may be new to the controller (projection needs it).
 	s.requeue(s.namesLocked()...)
@@ -146,8 +187,11 @@ func (s *Store) Disconnected() {
 }
 
 func (s *Store) namesLocked() []string {
-	names := make([]string, 0, len(s.desired))
+	names := make([]string, 0, len(s.desired)+len(s.releasing))
 	for n := range s.desired {
+		names = append(names, n)
+	}
+	for n := range s.releasing {
 		names = append(names, n)
 	}
 	return names
@@ -170,6 +214,10 @@ func (s *Store) Outgoing() []*ferryv1.ConnectRequest {
 	for _, n := range names {
 		if msg, ok := s.desired[n]; ok {
 			out = append(out, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Publish{Publish: msg}})
+		} else if u, ok := s.releasing[n]; ok {
+			if _, done := s.released[n]; !done {
+				out = append(out, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Unpublish{Unpublish: u}})
+			}
 		} else {
 			out = append(out, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Unpublish{
 				Unpublish: &ferryv1.Unpublish{PublishedResource: n},
@@ -208,6 +256,13 @@ func (s *Store) Handle(msg *ferryv1.ConnectResponse) error {
 		r := m.PublishResult
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if _, ok := s.releasing[r.GetPublishedResource()]; ok {
+			if st := r.GetState(); st == ferryv1.PublishState_PUBLISH_STATE_WITHDRAWN || st == ferryv1.PublishState_PUBLISH_STATE_FAILED {
+				s.released[r.GetPublishedResource()] = r
+				s.requeue(r.GetPublishedResource())
+			}
+			return nil
+		}
 		if _, ok := s.desired[r.GetPublishedResource()]; !ok {
 			return nil // withdrawn meanwhile
 		}

@@ -1,6 +1,7 @@
 // Command ferry-broker runs beside kcp: it holds the kcp credentials and
 // serves the gRPC endpoint that ferry edges dial. `ferry-broker dev-certs`
-// makes a development PKI.
+// makes a development PKI; `ferry-broker release-finalizers` cleans up
+// after an edge that is uninstalled for good.
 package main
 
 import (
@@ -23,6 +24,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "dev-certs" {
 		if err := runDevCerts(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "ferry-broker dev-certs: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "release-finalizers" {
+		if err := runRelease(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-broker release-finalizers: %v\n", err)
 			os.Exit(1)
 		}
 		return

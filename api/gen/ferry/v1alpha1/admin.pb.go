@@ -325,9 +325,14 @@ type EngineStatus struct {
 	// Intents sent and not answered yet.
 	OutboxInFlight uint32 `protobuf:"varint,5,opt,name=outbox_in_flight,json=outboxInFlight,proto3" json:"outbox_in_flight,omitempty"`
 	// Objects in the engine's caches, all published resources together.
-	Objects       uint32 `protobuf:"varint,6,opt,name=objects,proto3" json:"objects,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Objects uint32 `protobuf:"varint,6,opt,name=objects,proto3" json:"objects,omitempty"`
+	// Edge messages the engine refused since it started because they claimed
+	// something the broker could check and found untrue (e.g. a deletion
+	// confirmation for an object it did not ask to delete, a report for an
+	// object it does not sync).
+	RefusedMessages uint64 `protobuf:"varint,7,opt,name=refused_messages,json=refusedMessages,proto3" json:"refused_messages,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EngineStatus) Reset() {
@@ -402,6 +407,13 @@ func (x *EngineStatus) GetObjects() uint32 {
 	return 0
 }
 
+func (x *EngineStatus) GetRefusedMessages() uint64 {
+	if x != nil {
+		return x.RefusedMessages
+	}
+	return 0
+}
+
 var File_ferry_v1alpha1_admin_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
@@ -425,7 +437,7 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\fedge_version\x18\n" +
 	" \x01(\tR\vedgeVersion\x12A\n" +
 	"\rexport_status\x18\v \x01(\v2\x1c.ferry.v1alpha1.ExportStatusR\fexportStatus\x124\n" +
-	"\x06engine\x18\f \x01(\v2\x1c.ferry.v1alpha1.EngineStatusR\x06engine\"\xf3\x01\n" +
+	"\x06engine\x18\f \x01(\v2\x1c.ferry.v1alpha1.EngineStatusR\x06engine\"\x9e\x02\n" +
 	"\fEngineStatus\x129\n" +
 	"\n" +
 	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12 \n" +
@@ -433,7 +445,8 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\tkcp_lists\x18\x03 \x01(\x04R\bkcpLists\x12%\n" +
 	"\x0eoutbox_pending\x18\x04 \x01(\rR\routboxPending\x12(\n" +
 	"\x10outbox_in_flight\x18\x05 \x01(\rR\x0eoutboxInFlight\x12\x18\n" +
-	"\aobjects\x18\x06 \x01(\rR\aobjects*^\n" +
+	"\aobjects\x18\x06 \x01(\rR\aobjects\x12)\n" +
+	"\x10refused_messages\x18\a \x01(\x04R\x0frefusedMessages*^\n" +
 	"\tEdgeState\x12\x1a\n" +
 	"\x16EDGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17EDGE_STATE_DISCONNECTED\x10\x01\x12\x18\n" +

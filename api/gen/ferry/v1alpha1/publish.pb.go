@@ -21,6 +21,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ReleasePolicy says what becomes of a withdrawn PublishedResource's objects.
+type ReleasePolicy int32
+
+const (
+	// Keep the finalizers (a temporary withdrawal).
+	ReleasePolicy_RELEASE_POLICY_UNSPECIFIED ReleasePolicy = 0
+	// The edge has deleted the local copies; the broker deletes the
+	// service-origin related copies in kcp and releases its finalizers.
+	ReleasePolicy_RELEASE_POLICY_DELETE ReleasePolicy = 1
+	// The local copies stay in the service cluster; the broker releases its
+	// finalizers and leaves related copies in kcp as they are.
+	ReleasePolicy_RELEASE_POLICY_ORPHAN ReleasePolicy = 2
+)
+
+// Enum value maps for ReleasePolicy.
+var (
+	ReleasePolicy_name = map[int32]string{
+		0: "RELEASE_POLICY_UNSPECIFIED",
+		1: "RELEASE_POLICY_DELETE",
+		2: "RELEASE_POLICY_ORPHAN",
+	}
+	ReleasePolicy_value = map[string]int32{
+		"RELEASE_POLICY_UNSPECIFIED": 0,
+		"RELEASE_POLICY_DELETE":      1,
+		"RELEASE_POLICY_ORPHAN":      2,
+	}
+)
+
+func (x ReleasePolicy) Enum() *ReleasePolicy {
+	p := new(ReleasePolicy)
+	*p = x
+	return p
+}
+
+func (x ReleasePolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReleasePolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_ferry_v1alpha1_publish_proto_enumTypes[0].Descriptor()
+}
+
+func (ReleasePolicy) Type() protoreflect.EnumType {
+	return &file_ferry_v1alpha1_publish_proto_enumTypes[0]
+}
+
+func (x ReleasePolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReleasePolicy.Descriptor instead.
+func (ReleasePolicy) EnumDescriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_publish_proto_rawDescGZIP(), []int{0}
+}
+
 // PublishState is the outcome of a Publish.
 type PublishState int32
 
@@ -33,6 +88,9 @@ const (
 	PublishState_PUBLISH_STATE_PUBLISHED PublishState = 2
 	// The broker refused it; reason and message say why.
 	PublishState_PUBLISH_STATE_FAILED PublishState = 3
+	// Answer to an Unpublish with a release policy: the broker stopped syncing
+	// and released its finalizer on every object of the resource.
+	PublishState_PUBLISH_STATE_WITHDRAWN PublishState = 4
 )
 
 // Enum value maps for PublishState.
@@ -42,12 +100,14 @@ var (
 		1: "PUBLISH_STATE_PENDING",
 		2: "PUBLISH_STATE_PUBLISHED",
 		3: "PUBLISH_STATE_FAILED",
+		4: "PUBLISH_STATE_WITHDRAWN",
 	}
 	PublishState_value = map[string]int32{
 		"PUBLISH_STATE_UNSPECIFIED": 0,
 		"PUBLISH_STATE_PENDING":     1,
 		"PUBLISH_STATE_PUBLISHED":   2,
 		"PUBLISH_STATE_FAILED":      3,
+		"PUBLISH_STATE_WITHDRAWN":   4,
 	}
 )
 
@@ -62,11 +122,11 @@ func (x PublishState) String() string {
 }
 
 func (PublishState) Descriptor() protoreflect.EnumDescriptor {
-	return file_ferry_v1alpha1_publish_proto_enumTypes[0].Descriptor()
+	return file_ferry_v1alpha1_publish_proto_enumTypes[1].Descriptor()
 }
 
 func (PublishState) Type() protoreflect.EnumType {
-	return &file_ferry_v1alpha1_publish_proto_enumTypes[0]
+	return &file_ferry_v1alpha1_publish_proto_enumTypes[1]
 }
 
 func (x PublishState) Number() protoreflect.EnumNumber {
@@ -75,7 +135,7 @@ func (x PublishState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PublishState.Descriptor instead.
 func (PublishState) EnumDescriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_publish_proto_rawDescGZIP(), []int{0}
+	return file_ferry_v1alpha1_publish_proto_rawDescGZIP(), []int{1}
 }
 
 // Publish asks the broker to make a CRD of the service cluster available in
@@ -165,15 +225,26 @@ func (x *Publish) GetRevision() string {
 	return ""
 }
 
-// Unpublish tells the broker that a PublishedResource is gone, sent edge →
-// broker. The broker stops syncing its objects; the APIResourceSchema stays
-// in the APIExport (schemas are never removed).
+// Unpublish tells the broker that a PublishedResource is withdrawn, sent
+// edge → broker. The broker stops syncing its objects; the
+// APIResourceSchema stays in the APIExport (schemas are never removed).
 type Unpublish struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// metadata.name of the PublishedResource. Required.
 	PublishedResource string `protobuf:"bytes,1,opt,name=published_resource,json=publishedResource,proto3" json:"published_resource,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What happens to the objects in kcp. Optional: unset is a temporary
+	// withdrawal (e.g. the CRD is missing or the PublishedResource invalid):
+	// the broker's finalizers stay, so nothing is deleted in kcp before the
+	// edge could delete its copy. Set when the PublishedResource is deleted or
+	// its synchronization disabled: the broker releases its finalizer on every
+	// object of served_resource and answers with PUBLISH_STATE_WITHDRAWN.
+	Release ReleasePolicy `protobuf:"varint,2,opt,name=release,proto3,enum=ferry.v1alpha1.ReleasePolicy" json:"release,omitempty"`
+	// The resource as served in kcp (from the last PublishResult). Required
+	// with release: the broker may no longer know the PublishedResource (e.g.
+	// after a restart). Its group must be the edge's APIExport.
+	ServedResource *GroupVersionResource `protobuf:"bytes,3,opt,name=served_resource,json=servedResource,proto3" json:"served_resource,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Unpublish) Reset() {
@@ -211,6 +282,20 @@ func (x *Unpublish) GetPublishedResource() string {
 		return x.PublishedResource
 	}
 	return ""
+}
+
+func (x *Unpublish) GetRelease() ReleasePolicy {
+	if x != nil {
+		return x.Release
+	}
+	return ReleasePolicy_RELEASE_POLICY_UNSPECIFIED
+}
+
+func (x *Unpublish) GetServedResource() *GroupVersionResource {
+	if x != nil {
+		return x.ServedResource
+	}
+	return nil
 }
 
 // PublishResult answers a Publish, sent broker → edge; the edge writes it into
@@ -345,9 +430,11 @@ const file_ferry_v1alpha1_publish_proto_rawDesc = "" +
 	"generation\x12\x12\n" +
 	"\x04spec\x18\x03 \x01(\fR\x04spec\x12<\n" +
 	"\x1acustom_resource_definition\x18\x04 \x01(\fR\x18customResourceDefinition\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\tR\brevision\":\n" +
+	"\brevision\x18\x05 \x01(\tR\brevision\"\xc2\x01\n" +
 	"\tUnpublish\x12-\n" +
-	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\"\x88\x03\n" +
+	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\x127\n" +
+	"\arelease\x18\x02 \x01(\x0e2\x1d.ferry.v1alpha1.ReleasePolicyR\arelease\x12M\n" +
+	"\x0fserved_resource\x18\x03 \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\x0eservedResource\"\x88\x03\n" +
 	"\rPublishResult\x12-\n" +
 	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\x12\x1e\n" +
 	"\n" +
@@ -359,12 +446,17 @@ const file_ferry_v1alpha1_publish_proto_rawDesc = "" +
 	"\x14resource_schema_name\x18\x06 \x01(\tR\x12resourceSchemaName\x12M\n" +
 	"\x0fserved_resource\x18\a \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\x0eservedResource\x12\x1a\n" +
 	"\brevision\x18\b \x01(\tR\brevision\x12%\n" +
-	"\x0eprojected_kind\x18\t \x01(\tR\rprojectedKind*\x7f\n" +
+	"\x0eprojected_kind\x18\t \x01(\tR\rprojectedKind*e\n" +
+	"\rReleasePolicy\x12\x1e\n" +
+	"\x1aRELEASE_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15RELEASE_POLICY_DELETE\x10\x01\x12\x19\n" +
+	"\x15RELEASE_POLICY_ORPHAN\x10\x02*\x9c\x01\n" +
 	"\fPublishState\x12\x1d\n" +
 	"\x19PUBLISH_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PUBLISH_STATE_PENDING\x10\x01\x12\x1b\n" +
 	"\x17PUBLISH_STATE_PUBLISHED\x10\x02\x12\x18\n" +
-	"\x14PUBLISH_STATE_FAILED\x10\x03BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\x14PUBLISH_STATE_FAILED\x10\x03\x12\x1b\n" +
+	"\x17PUBLISH_STATE_WITHDRAWN\x10\x04BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_publish_proto_rawDescOnce sync.Once
@@ -378,23 +470,26 @@ func file_ferry_v1alpha1_publish_proto_rawDescGZIP() []byte {
 	return file_ferry_v1alpha1_publish_proto_rawDescData
 }
 
-var file_ferry_v1alpha1_publish_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_ferry_v1alpha1_publish_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_ferry_v1alpha1_publish_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_ferry_v1alpha1_publish_proto_goTypes = []any{
-	(PublishState)(0),            // 0: ferry.v1alpha1.PublishState
-	(*Publish)(nil),              // 1: ferry.v1alpha1.Publish
-	(*Unpublish)(nil),            // 2: ferry.v1alpha1.Unpublish
-	(*PublishResult)(nil),        // 3: ferry.v1alpha1.PublishResult
-	(*GroupVersionResource)(nil), // 4: ferry.v1alpha1.GroupVersionResource
+	(ReleasePolicy)(0),           // 0: ferry.v1alpha1.ReleasePolicy
+	(PublishState)(0),            // 1: ferry.v1alpha1.PublishState
+	(*Publish)(nil),              // 2: ferry.v1alpha1.Publish
+	(*Unpublish)(nil),            // 3: ferry.v1alpha1.Unpublish
+	(*PublishResult)(nil),        // 4: ferry.v1alpha1.PublishResult
+	(*GroupVersionResource)(nil), // 5: ferry.v1alpha1.GroupVersionResource
 }
 var file_ferry_v1alpha1_publish_proto_depIdxs = []int32{
-	0, // 0: ferry.v1alpha1.PublishResult.state:type_name -> ferry.v1alpha1.PublishState
-	4, // 1: ferry.v1alpha1.PublishResult.served_resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0, // 0: ferry.v1alpha1.Unpublish.release:type_name -> ferry.v1alpha1.ReleasePolicy
+	5, // 1: ferry.v1alpha1.Unpublish.served_resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	1, // 2: ferry.v1alpha1.PublishResult.state:type_name -> ferry.v1alpha1.PublishState
+	5, // 3: ferry.v1alpha1.PublishResult.served_resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_publish_proto_init() }
@@ -408,7 +503,7 @@ func file_ferry_v1alpha1_publish_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_publish_proto_rawDesc), len(file_ferry_v1alpha1_publish_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/broker/replicate"
+)
+
+// releaseUsage documents `ferry-broker release-finalizers`.
+const releaseUsage = `Usage: ferry-broker release-finalizers --kcp-kubeconfig FILE --apiexport WORKSPACE/NAME --edge NAME [--dry-run]
+
+Releases the finalizer ferry.dev/<edge> from every object of every resource
+of the APIExport, in every workspace bound to it: the clean-up for an edge
+that is uninstalled for good (its objects in kcp can be deleted afterwards).
+The edge's name is its "name" in the broker's configuration (or the default
+derived from its identity). Remove the edge from the broker's configuration
+first, or a connected edge's broker adds the finalizer again. Local copies
+in the service cluster are not touched.
+`
+
+// runRelease implements `ferry-broker release-finalizers`.
+func runRelease(args []string) error {
+	fs := pflag.NewFlagSet("ferry-broker release-finalizers", pflag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, releaseUsage); fs.PrintDefaults() }
+	kubeconfig := fs.String("kcp-kubeconfig", "", "Kubeconfig with the broker's kcp credentials.")
+	exportRef := fs.String("apiexport", "", "The APIExport as workspace path and name, e.g. root:org/databases.example.com.")
+	edge := fs.String("edge", "", "The edge's name in the broker's configuration (its finalizer is ferry.dev/<name>).")
+	dryRun := fs.Bool("dry-run", false, "List what would be released without changing anything.")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	if *kubeconfig == "" {
+		errs = append(errs, errors.New("--kcp-kubeconfig is required"))
+	}
+	workspace, exportName, ok := strings.Cut(*exportRef, "/")
+	if !ok || workspace == "" || exportName == "" {
+		errs = append(errs, fmt.Errorf("--apiexport %q: want WORKSPACE/NAME, e.g. root:org/databases.example.com", *exportRef))
+	}
+	entry := config.Edge{Name: *edge, APIExport: config.APIExportRef{Workspace: workspace, Name: exportName}}
+	if msgs := validation.IsDNS1123Label(*edge); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--edge %q is not an edge name (a DNS label): %s", *edge, strings.Join(msgs, "; ")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	kcpCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kcp-kubeconfig %s: %w", *kubeconfig, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var released int
+	// A conflict means the object changed between list and patch: the next
+	// round lists it again (objects released already are not listed).
+	for round := 0; ; round++ {
+		n, err := releaseFinalizers(ctx, kcpCfg, entry.APIExport, entry.Finalizer(), *dryRun, func(line string) { fmt.Println(line) })
+		released += n
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || round == 4 {
+			return err
+		}
+	}
+	verb := "released"
+	if *dryRun {
+		verb = "would release"
+	}
+	fmt.Printf("%s finalizer %s on %d objects of APIExport %s\n", verb, entry.Finalizer(), released, entry.APIExport)
+	return nil
+}
+
+// releaseFinalizers removes finalizer from every object of every resource
+// in export, through its virtual workspace; report gets one line per object.
+func releaseFinalizers(ctx context.Context, kcpCfg *rest.Config, export config.APIExportRef, finalizer string, dryRun bool, report func(string)) (int, error) {
+	client, err := kcp.NewClient(kcpCfg)
+	if err != nil {
+		return 0, err
+	}
+	state, err := kcp.NewResolver(client).Resolve(ctx, export)
+	if err != nil {
+		return 0, err
+	}
+	if state.VirtualWorkspaceURL == "" {
+		report("the APIExport's virtual workspace is not served (no workspace binds it): nothing carries its finalizers")
+		return 0, nil
+	}
+	path := logicalcluster.NewPath(export.Workspace)
+	ex, err := client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("cannot read APIExport %s: %w", export, err)
+	}
+	clients := func(cluster string) (dynamic.Interface, error) {
+		c := rest.CopyConfig(kcpCfg)
+		c.Host = state.VirtualWorkspaceURL + "/clusters/" + cluster
+		return dynamic.NewForConfig(c)
+	}
+	released := 0
+	for _, r := range ex.Spec.Resources {
+		ars, err := client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Get(ctx, r.Schema, metav1.GetOptions{})
+		if err != nil {
+			return released, fmt.Errorf("cannot read APIResourceSchema %s of APIExport %s: %w", r.Schema, export, err)
+		}
+		if len(ars.Spec.Versions) == 0 {
+			continue
+		}
+		gvr := schema.GroupVersionResource{Group: r.Group, Version: ars.Spec.Versions[0].Name, Resource: r.Name}
+		objs, err := replicate.ListFinalized(ctx, clients, gvr, finalizer)
+		if err != nil {
+			return released, err
+		}
+		for i := range objs {
+			o := &objs[i]
+			where := fmt.Sprintf("%s %s|%s", gvr.GroupResource(), logicalcluster.From(o), nsName(o.GetNamespace(), o.GetName()))
+			if !dryRun {
+				if err := replicate.RemoveFinalizer(ctx, clients, gvr, o, finalizer); err != nil {
+					return released, fmt.Errorf("cannot release %s: %w", where, err)
+				}
+			}
+			report(where)
+			released++
+		}
+	}
+	return released, nil
+}
+
+func nsName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
