@@ -208,6 +208,17 @@ type ResourceNaming struct {
 	// Name of local copies; default "$remoteNamespaceHash-$remoteNameHash".
 	// +optional
 	Name string `json:"name,omitempty"`
+	// AllowExistingNamespaces lets local copies land in namespaces that
+	// exist already and that ferry did not create (e.g. a rule
+	// "$remoteNamespace" mapping onto the service cluster's own
+	// namespaces). Off by default: the edge writes a workspace's objects
+	// only into namespaces it created for that workspace (labelled
+	// ferry.dev/workspace) or into the one namespace a static rule names,
+	// so neither a consumer nor a misbehaving broker can make it write into
+	// kube-system or another tenant's namespace. A namespace ferry created
+	// for another workspace is refused even when this is set.
+	// +optional
+	AllowExistingNamespaces bool `json:"allowExistingNamespaces,omitempty"`
 }
 
 // ResourceFilter selects kcp objects by labels.

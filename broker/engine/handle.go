@@ -118,7 +118,7 @@ func (e *Engine) relatedResult(pr string, rt *ferryv1.RelatedTo, ae *ferryv1.App
 		return
 	}
 	if ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
-		e.reports.add(reportTask{pr: pr, key: rt.GetPrimary(), failure: ae})
+		e.reports.add(reportTask{pr: pr, key: rt.GetPrimary(), failure: ae, relatedFailure: true})
 	}
 	if ae.GetRetryable() || ae.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
 		delay := e.mgr.RetryRelated(pr, rt)

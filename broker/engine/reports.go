@@ -76,14 +76,15 @@ func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replica
 
 // reportTask is one edge report to apply to kcp.
 type reportTask struct {
-	id       uint64
-	pr       string
-	key      *ferryv1.ObjectKey
-	status   *ferryv1.StatusReport        // status report when set
-	deletion bool                         // deletion confirmation
-	resend   *ferryv1.ResendRequest       // the edge needs the desired state again
-	related  *ferryv1.RelatedObjectReport // related object report when set
-	failure  *ferryv1.ApplyError          // a nack to record as an Event (not answered)
+	id             uint64
+	pr             string
+	key            *ferryv1.ObjectKey
+	status         *ferryv1.StatusReport        // status report when set
+	deletion       bool                         // deletion confirmation
+	resend         *ferryv1.ResendRequest       // the edge needs the desired state again
+	related        *ferryv1.RelatedObjectReport // related object report when set
+	failure        *ferryv1.ApplyError          // a nack to record as an Event (not answered)
+	relatedFailure bool                         // the nack is about a related object of key
 }
 
 // reportWorker applies the edge's status reports, related object reports
@@ -182,7 +183,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	var err error
 	switch {
 	case t.failure != nil:
-		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure); err != nil {
+		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure, t.relatedFailure); err != nil {
 			// Best effort: the failure is logged; the next one is recorded.
 			w.log.Error(err, "cannot record a sync failure as an Event in kcp", "object", replicate.KeyString(t.key))
 		}
@@ -195,10 +196,13 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 			"localCopy", t.resend.GetReason())
 		w.mgr.Resend(t.pr, t.key)
 	case t.related != nil:
-		if e := t.related.GetError(); e != nil {
-			err = w.mgr.RecordFailure(ctx, t.pr, t.key, e)
-		} else {
+		switch e := t.related.GetError(); {
+		case e == nil, e.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN,
+			e.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT:
+			// Refusals remove what was copied before (WriteRelated).
 			err = w.mgr.WriteRelated(ctx, t.pr, t.related)
+		default:
+			err = w.mgr.RecordFailure(ctx, t.pr, t.key, e, true)
 		}
 	case t.status.GetError() != nil:
 		err = w.mgr.RecordStatusFailure(ctx, t.pr, t.key, t.status.GetError())

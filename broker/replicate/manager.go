@@ -1050,8 +1050,19 @@ func storeKey(key *ferryv1.ObjectKey) string {
 // RecordFailure records that the edge could not apply the object behind key
 // as a Warning Event on the kcp object, so the kcp user sees why it is not
 // synced (through the APIExport's "events" permission claim).
-func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error {
-	return m.recordEvent(ctx, pr, key, "Warning", "SyncFailed", fmt.Sprintf("the service cluster did not accept this object (%s): %s",
+// related tells that the failure is about one of the object's related
+// objects. A refusal by the edge (where the object would land) has its own
+// reason, SyncForbidden or RelatedForbidden.
+func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError, related bool) error {
+	reason := "SyncFailed"
+	if applyErr.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN {
+		reason = "SyncForbidden"
+		if related {
+			reason = "RelatedForbidden"
+		}
+		return m.recordEvent(ctx, pr, key, "Warning", reason, "the service cluster's edge refused: "+applyErr.GetMessage())
+	}
+	return m.recordEvent(ctx, pr, key, "Warning", reason, fmt.Sprintf("the service cluster did not accept this object (%s): %s",
 		reasonText(applyErr.GetReason()), applyErr.GetMessage()))
 }
 
@@ -1076,6 +1087,8 @@ func reasonText(r ferryv1.ApplyErrorReason) string {
 		return "service cluster unavailable"
 	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT:
 		return "conflict"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN:
+		return "forbidden"
 	default:
 		return "error"
 	}

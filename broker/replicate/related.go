@@ -308,6 +308,19 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.note(ctx, it, pk, "Normal", "RelatedMissing", fmt.Sprintf("related %q: waiting for %s %s/%s in the service cluster",
 			id, ref.Kind.Kind, r.GetLocalNamespace(), r.GetLocalName()))
 		return m.deleteCopies(ctx, ref.Resource, copies, nil)
+	case *ferryv1.RelatedObjectReport_Error:
+		// The edge refuses to read the object (a place the tenant may not
+		// reach) or to copy it (more than one primary points at it): no
+		// data moves, and a copy written before goes.
+		reason := "RelatedNotSynced"
+		switch state.Error.GetReason() {
+		case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN:
+			reason = "RelatedForbidden"
+		case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT:
+			reason = "RelatedConflict"
+		}
+		m.note(ctx, it, pk, "Warning", reason, state.Error.GetMessage())
+		return m.deleteCopies(ctx, ref.Resource, copies, nil)
 	case *ferryv1.RelatedObjectReport_Object:
 		if err := json.Unmarshal(state.Object, &content); err != nil {
 			return fmt.Errorf("%w: the related object is not JSON: %v", ErrRefused, err)

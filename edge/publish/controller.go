@@ -235,6 +235,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// inventoried) early after a (re)connect.
 		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replica.Published{
 			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs,
+			AllowExistingNamespaces: pr.Spec.Naming != nil && pr.Spec.Naming.AllowExistingNamespaces,
 		})
 	}
 	result := reconcile.Result{RequeueAfter: requeue}

@@ -23,11 +23,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -95,8 +95,13 @@ type Engine struct {
 	// pre holds this stream's inventory chunks, sent before reports.
 	pre  []*ferryv1.ConnectRequest
 	sink Sink
-	// namespaces this engine has seen to exist; avoids a request per apply.
-	namespaces map[string]bool
+	// Namespaces (placement.go): those this agent created, from an informer
+	// on its label, plus what this process created or read since (created:
+	// name → workspace label; foreign: exist, not created by ferry).
+	nsStore  cache.Indexer
+	nsSynced bool
+	created  map[string]string
+	foreign  map[string]bool
 	// related objects (related.go)
 	relWatches map[schema.GroupVersionResource]*relatedWatch
 	relRefs    *refindex.Index[relKey] // which local related object each reference points at
@@ -139,7 +144,8 @@ func NewEngine(o Options) *Engine {
 		applied:    map[string]appliedCopy{},
 		resend:     map[string]struct{}{},
 		statusSum:  map[string][32]byte{},
-		namespaces: map[string]bool{},
+		created:    map[string]string{},
+		foreign:    map[string]bool{},
 		relWatches: map[schema.GroupVersionResource]*relatedWatch{},
 		relRefs:    refindex.New[relKey](),
 		relSum:     map[relKey][32]byte{},
@@ -150,6 +156,7 @@ func NewEngine(o Options) *Engine {
 func (e *Engine) Run(ctx context.Context, workers int) error {
 	e.mu.Lock()
 	e.ctx = ctx
+	e.watchNamespacesLocked()
 	for _, p := range e.published {
 		e.watchLocked(p)
 	}
@@ -485,6 +492,12 @@ func (e *Engine) next(ctx context.Context) bool {
 // not why; intents for resources this edge does not publish are ready (they
 // are refused).
 func (e *Engine) ready(in *ferryv1.SyncIntent) (bool, string) {
+	e.mu.Lock()
+	nsSynced := e.nsSynced
+	e.mu.Unlock()
+	if !nsSynced {
+		return false, "the edge has not listed the namespaces it created yet"
+	}
 	if in.GetRelatedTo() != nil {
 		if !e.relatedReady(in) {
 			return false, "the edge's watches of the related objects have not listed yet"
@@ -551,8 +564,11 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		ns, name = existing.GetNamespace(), existing.GetName()
 	}
 	if ns != "" {
-		if err := e.ensureNamespace(ctx, ns); err != nil {
-			return nack(in, classify(err), true, "cannot create namespace %s: %v", ns, err)
+		if err := e.place(ctx, pub.placement(key.GetCluster()), ns); err != nil {
+			if errors.Is(err, errForbidden) {
+				return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, false, "the edge does not write %s %s: %v", pub.LocalKind, nsName(ns, name), err)
+			}
+			return nack(in, classify(err), true, "%v", err)
 		}
 	}
 	local := objects.DesiredState(&obj)
@@ -577,9 +593,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 
 	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if apierrors.IsNotFound(err) && ns != "" {
-		e.mu.Lock()
-		delete(e.namespaces, ns) // deleted behind our back; recreated on retry
-		e.mu.Unlock()
+		e.forgetNamespace(ns) // deleted behind our back; recreated on retry
 	}
 	if err != nil {
 		return nack(in, classify(err), true, "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
@@ -738,28 +752,6 @@ func (e *Engine) findLocal(w *localWatch, remote naming.Remote) *unstructured.Un
 			return u
 		}
 	}
-	return nil
-}
-
-// ensureNamespace creates ns unless this engine already saw it. A
-// namespace deleted later makes the apply fail (NotFound), which forgets it
-// here, and the broker's retry creates it again.
-func (e *Engine) ensureNamespace(ctx context.Context, ns string) error {
-	e.mu.Lock()
-	known := e.namespaces[ns]
-	e.mu.Unlock()
-	if known {
-		return nil
-	}
-	_, err := e.opts.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: ns, Labels: map[string]string{naming.LabelAgent: e.opts.Agent},
-	}}, metav1.CreateOptions{FieldManager: FieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	e.mu.Lock()
-	e.namespaces[ns] = true
-	e.mu.Unlock()
 	return nil
 }
 

@@ -39,8 +39,10 @@ func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *lo
 	t.Helper()
 	scheme := runtime.NewScheme()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
-	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns"}})
+	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns",
+		Labels: map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}}})
 	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard()})
+	e.nsSynced = true
 	rules, err := naming.Compile(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +145,7 @@ func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
 	key, _ := remoteThing()
 	e, w, sink := testEngine(t, false)
 	e.mu.Lock()
-	w.lastErr = errForbidden
+	w.lastErr = errListForbidden
 	e.mu.Unlock()
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
@@ -155,7 +157,7 @@ func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
 	if ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY || !ae.GetRetryable() {
 		t.Fatalf("want a retryable NOT_READY nack, got %v", ae)
 	}
-	if want := errForbidden.Error(); !contains(ae.GetMessage(), want) {
+	if want := errListForbidden.Error(); !contains(ae.GetMessage(), want) {
 		t.Fatalf("nack %q does not say why (%q)", ae.GetMessage(), want)
 	}
 }
@@ -185,8 +187,8 @@ func TestReportsSurviveReconnect(t *testing.T) {
 }
 
 var (
-	errForbidden = forbidden("things.svc.example is forbidden: cannot list")
-	getOpts      = metav1.GetOptions{}
+	errListForbidden = forbidden("things.svc.example is forbidden: cannot list")
+	getOpts          = metav1.GetOptions{}
 )
 
 type forbidden string

@@ -31,6 +31,9 @@ type Published struct {
 	StatusMutator *mutation.Mutator
 	// Related are the compiled related[] entries.
 	Related []Related
+	// AllowExistingNamespaces admits namespaces ferry did not create
+	// (spec.naming.allowExistingNamespaces).
+	AllowExistingNamespaces bool
 	// Revision identifies the publish this was derived from; a registration
 	// with the same name and revision is unchanged.
 	Revision string
@@ -39,6 +42,15 @@ type Published struct {
 // LocalGVK is the local group/version/kind.
 func (p *Published) LocalGVK() schema.GroupVersionKind {
 	return p.Local.GroupVersion().WithKind(p.LocalKind)
+}
+
+// placement is where objects of workspace may land (placement.go).
+func (p *Published) placement(workspace string) placement {
+	pl := placement{workspace: workspace, allowExisting: p.AllowExistingNamespaces}
+	if ns, ok := p.Naming.StaticNamespace(); ok {
+		pl.static = []string{ns}
+	}
+	return pl
 }
 
 // Related is a related[] entry with its resource in the service cluster.

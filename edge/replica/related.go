@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -200,8 +201,8 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		return
 	}
 	rw := e.relWatches[ref.Local]
-	if rw == nil || !rw.synced {
-		return // reported once the watch has listed
+	if rw == nil || !rw.synced || !e.nsSynced {
+		return // reported once the watches have listed
 	}
 	rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
 	report := &ferryv1.RelatedObjectReport{
@@ -210,11 +211,21 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	}
 	ns, name, err := ref.Locate(primary.Object)
 	at := ""
-	if err != nil {
+	if err == nil {
+		err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
+	}
+	switch {
+	case errors.Is(err, errForbidden):
+		// Never read: the consumer wrote the reference.
+		report.LocalNamespace, report.LocalName = ns, name
+		report.State = &ferryv1.RelatedObjectReport_Error{Error: &ferryv1.ApplyError{
+			Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, Message: err.Error(),
+		}}
+	case err != nil:
 		report.State = &ferryv1.RelatedObjectReport_Unresolved{Unresolved: &ferryv1.RelatedObjectUnresolved{
 			Message: fmt.Sprintf("on the service cluster's copy %s: %v", nsName(primary.GetNamespace(), primary.GetName()), err),
 		}}
-	} else {
+	default:
 		at = gvrKey(ref.Local, ns, name)
 		report.LocalNamespace, report.LocalName = ns, name
 		raw, exists, _ := rw.store.GetByKey(cacheKeyOf(ns, name))
@@ -315,6 +326,12 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "on the service cluster's copy %s: %v",
 			nsName(primary.GetNamespace(), primary.GetName()), err)
 	}
+	e.mu.Lock()
+	err = e.mayRelateLocked(pk.GetCluster(), primary.GetNamespace(), ns, ref)
+	e.mu.Unlock()
+	if err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, false, "the edge does not write %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+	}
 	rv := in.GetVersion().GetResourceVersion()
 	for _, c := range copies {
 		u := c.(*unstructured.Unstructured)
@@ -349,14 +366,16 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}))
 	ann[naming.AnnotationResourceVersion] = rv
 	local.SetAnnotations(ann)
-	if err := e.ensureNamespace(ctx, ns); err != nil {
-		return nack(in, classify(err), true, "cannot create namespace %s: %v", ns, err)
+	if static, ok := ref.StaticNamespace(); ok && static == ns {
+		// The one place related objects may create a namespace: the one the
+		// service owner named (shared by all workspaces).
+		if err := e.place(ctx, placement{workspace: pk.GetCluster(), static: []string{static}}, ns); err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
 	}
 	if _, err := e.opts.Dynamic.Resource(ref.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		if apierrors.IsNotFound(err) {
-			e.mu.Lock()
-			delete(e.namespaces, ns)
-			e.mu.Unlock()
+			e.forgetNamespace(ns)
 		}
 		return nack(in, classify(err), true, "the service cluster refused %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
 	}

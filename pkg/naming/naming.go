@@ -153,6 +153,16 @@ func (r *Rules) Local(remote Remote, namespaced bool) (namespace, name string, e
 	return namespace, name, nil
 }
 
+// StaticNamespace returns the namespace rule's value when it names one
+// namespace for every object (no placeholder, no template): a namespace the
+// service owner named in the PublishedResource, shared by all workspaces.
+func (r *Rules) StaticNamespace() (string, bool) {
+	if r.namespace.tmpl != nil || strings.Contains(r.namespace.text, "$") {
+		return "", false
+	}
+	return r.namespace.text, true
+}
+
 // Shorten returns s when it fits in limit, else a prefix of s followed by
 // "-" and the hash of the whole s, limit characters long: two different
 // long inputs share a result only if their SHA-1 prefixes collide.

@@ -129,6 +129,16 @@ func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, err
 // of using the primary's).
 func (r *Reference) HasNamespace() bool { return r.namespace != nil }
 
+// StaticNamespace returns the namespace the entry names statically (an
+// empty pattern with a replacement): a place the service owner chose, the
+// same for every primary.
+func (r *Reference) StaticNamespace() (string, bool) {
+	if r.namespace == nil || !r.namespace.static {
+		return "", false
+	}
+	return r.namespace.replacement, true
+}
+
 // Locate evaluates the entry on primary (a whole object, as JSON-like map):
 // the related object's namespace and name on that side. The namespace
 // defaults to the primary's.

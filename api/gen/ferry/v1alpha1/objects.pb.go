@@ -43,6 +43,11 @@ const (
 	// has not listed, e.g. for lack of RBAC); always retryable. Other
 	// resources keep syncing.
 	ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY ApplyErrorReason = 7
+	// The edge refuses to write (or read) where the object would land: a
+	// namespace ferry did not create for the object's workspace, or that its
+	// PublishedResource does not name. Final until the object or the
+	// PublishedResource changes.
+	ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN ApplyErrorReason = 8
 )
 
 // Enum value maps for ApplyErrorReason.
@@ -56,6 +61,7 @@ var (
 		5: "APPLY_ERROR_REASON_UNAVAILABLE",
 		6: "APPLY_ERROR_REASON_CONFLICT",
 		7: "APPLY_ERROR_REASON_NOT_READY",
+		8: "APPLY_ERROR_REASON_FORBIDDEN",
 	}
 	ApplyErrorReason_value = map[string]int32{
 		"APPLY_ERROR_REASON_UNSPECIFIED":   0,
@@ -66,6 +72,7 @@ var (
 		"APPLY_ERROR_REASON_UNAVAILABLE":   5,
 		"APPLY_ERROR_REASON_CONFLICT":      6,
 		"APPLY_ERROR_REASON_NOT_READY":     7,
+		"APPLY_ERROR_REASON_FORBIDDEN":     8,
 	}
 )
 
@@ -1599,7 +1606,7 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"]\n" +
 	"\fReportResult\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x120\n" +
-	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error*\xa6\x02\n" +
+	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error*\xc8\x02\n" +
 	"\x10ApplyErrorReason\x12\"\n" +
 	"\x1eAPPLY_ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bAPPLY_ERROR_REASON_REJECTED\x10\x01\x12$\n" +
@@ -1608,7 +1615,8 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x1cAPPLY_ERROR_REASON_TOO_LARGE\x10\x04\x12\"\n" +
 	"\x1eAPPLY_ERROR_REASON_UNAVAILABLE\x10\x05\x12\x1f\n" +
 	"\x1bAPPLY_ERROR_REASON_CONFLICT\x10\x06\x12 \n" +
-	"\x1cAPPLY_ERROR_REASON_NOT_READY\x10\aBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\x1cAPPLY_ERROR_REASON_NOT_READY\x10\a\x12 \n" +
+	"\x1cAPPLY_ERROR_REASON_FORBIDDEN\x10\bBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_objects_proto_rawDescOnce sync.Once
