@@ -309,6 +309,11 @@ type RegexReplacement struct {
 // ResourceMutationSpec lists mutations by direction.
 type ResourceMutationSpec struct {
 	// Spec mutations apply to objects going from kcp to the service cluster.
+	// They run on the copy as it will be written: its metadata.namespace and
+	// metadata.name are the local ones (after spec.naming) and its
+	// ferry.dev/remote-* labels and annotations name the kcp object and its
+	// workspace (ferry.dev/remote-cluster), so related names can be made
+	// unique per copy (e.g. spec.secretName from the local name).
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Spec []ResourceMutation `json:"spec,omitempty"`

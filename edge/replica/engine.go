@@ -573,6 +573,14 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	}
 	local := objects.DesiredState(&obj)
 	objects.Retype(local, pub.LocalGVK())
+	// Mutations see where the copy goes and which workspace it comes from
+	// (metadata.namespace/name are the local ones, the ferry.dev/remote-*
+	// labels and annotations are set), so a service owner can derive
+	// unique names of related objects from them.
+	local.SetNamespace(ns)
+	local.SetName(name)
+	local.SetLabels(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)))
+	local.SetAnnotations(objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote)))
 	var existingObj map[string]any
 	if existing != nil {
 		existingObj = existing.Object

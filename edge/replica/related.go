@@ -165,18 +165,32 @@ func (e *Engine) relatedChanged(rw *relatedWatch, obj any) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.relRefs.To(gvrKey(rw.gvr, u.GetNamespace(), u.GetName()), func(rk relKey) {
+	e.rereportLocked(gvrKey(rw.gvr, u.GetNamespace(), u.GetName()), relKey{})
+}
+
+// rereportLocked reports again every reference pointing at key but skip.
+func (e *Engine) rereportLocked(key string, skip relKey) {
+	if key == "" {
+		return
+	}
+	var refs []relKey
+	e.relRefs.To(key, func(rk relKey) {
+		if rk != skip {
+			refs = append(refs, rk)
+		}
+	})
+	for _, rk := range refs {
 		w, ok := e.watches[rk.pub]
 		if !ok {
-			return
+			continue
 		}
 		ref := w.pub.related(rk.id)
 		primary, exists, err := w.store.GetByKey(rk.primary)
 		if ref == nil || err != nil || !exists {
-			return
+			continue
 		}
 		e.reportRelatedRefLocked(w, primary.(*unstructured.Unstructured), ref)
-	})
+	}
 }
 
 // reportRelatedLocked reports the service-origin related objects of one
@@ -239,7 +253,23 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 			report.State = &ferryv1.RelatedObjectReport_Gone{Gone: &ferryv1.RelatedObjectGone{}}
 		}
 	}
+	prev := e.relRefs.At(rk)
 	e.relRefs.Point(rk, at)
+	if n := e.relRefs.Count(at); at != "" && n > 1 {
+		// Never copied while shared: one workspace would receive what was
+		// made for another (a certificate and its private key).
+		report.State = &ferryv1.RelatedObjectReport_Error{Error: &ferryv1.ApplyError{
+			Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT,
+			Message: fmt.Sprintf("related %q: %s %s in the service cluster is referenced by %d objects synced by ferry; it is copied for none of them "+
+				"until only one references it (give each its own name, e.g. with a spec mutation that uses the local name)",
+				ref.Identifier, ref.Kind.Kind, nsName(ns, name), n),
+		}}
+	}
+	if prev != at {
+		// Whether the others sharing either object conflict has changed.
+		e.rereportLocked(prev, rk)
+		e.rereportLocked(at, rk)
+	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(report)
 	if err != nil {
 		return
@@ -256,8 +286,10 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstructured) {
 	for _, ref := range w.pub.Related {
 		rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
+		prev := e.relRefs.At(rk)
 		e.relRefs.Point(rk, "")
 		delete(e.relSum, rk)
+		e.rereportLocked(prev, rk) // a conflict may be over
 	}
 }
 

@@ -26,12 +26,12 @@ const (
 	// kcp UID of its primary object; LabelRelatedIdentifier is the related[]
 	// entry. Together they are the only sync metadata on related copies in
 	// kcp (besides an owner reference to the primary).
-	LabelRelatedTo         = "ferry.dev/related-to"
+	LabelRelatedTo = "ferry.dev/related-to"
 	// LabelWorkspace, on a namespace the edge created (it also carries
 	// LabelAgent), is the logical cluster of the kcp workspace it was
 	// created for; the edge writes a workspace's objects only into its own
 	// namespaces (or namespaces the PublishedResource names statically).
-	LabelWorkspace = "ferry.dev/workspace"
+	LabelWorkspace         = "ferry.dev/workspace"
 	LabelRelatedIdentifier = "ferry.dev/related-identifier"
 )
 

@@ -55,3 +55,9 @@ func (x *Index[R]) All(fn func(R)) {
 
 // Len is the number of references that point somewhere.
 func (x *Index[R]) Len() int { return len(x.at) }
+
+// At is the key r points at ("" when nowhere).
+func (x *Index[R]) At(r R) string { return x.at[r] }
+
+// Count is the number of references pointing at key.
+func (x *Index[R]) Count(key string) int { return len(x.refs[key]) }
