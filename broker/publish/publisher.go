@@ -100,7 +100,14 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	if spec.Synchronization == nil || spec.Synchronization.Enabled == nil || *spec.Synchronization.Enabled {
 		// Sync failures are reported as Events on the kcp objects.
 		claims = append(claims, eventsClaim())
-		if spec.Filter != nil && spec.Filter.Namespace != nil {
+		switch {
+		case len(spec.Related) > 0:
+			// A related copy may go into a namespace that does not exist
+			// in the workspace yet: the broker creates it.
+			claims = append(claims, apisv1alpha2.PermissionClaim{
+				GroupResource: apisv1alpha2.GroupResource{Resource: "namespaces"}, Verbs: []string{"get", "list", "watch", "create"},
+			})
+		case spec.Filter != nil && spec.Filter.Namespace != nil:
 			// Filtering by namespace labels needs to read namespaces.
 			claims = append(claims, apisv1alpha2.PermissionClaim{
 				GroupResource: apisv1alpha2.GroupResource{Resource: "namespaces"}, Verbs: []string{"get", "list", "watch"},

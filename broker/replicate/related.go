@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -339,9 +340,14 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	desired.SetNamespace(ns)
 	desired.SetName(name)
 	desired.SetLabels(objects.MergeStrings(desired.GetLabels(), map[string]string{naming.LabelRelatedTo: pk.GetUid(), naming.LabelRelatedIdentifier: id}))
-	desired.SetOwnerReferences([]metav1.OwnerReference{{
-		APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
-	}})
+	if ns == primary.GetNamespace() {
+		// A safety net only (copies are deleted explicitly, found by their
+		// labels): kcp's garbage collector refuses an owner in another
+		// namespace and would delete the copy again and again.
+		desired.SetOwnerReferences([]metav1.OwnerReference{{
+			APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
+		}})
+	}
 	var existing *unstructured.Unstructured
 	for _, c := range copies {
 		if c.GetNamespace() == ns && c.GetName() == name {
@@ -362,6 +368,16 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	m.mu.Unlock()
 	if existing == nil {
 		_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsNotFound(err) {
+			// The namespace does not exist in the workspace (yet): created
+			// through the namespaces claim, then the copy.
+			if nsErr := m.ensureNamespace(ctx, client, ns); nsErr != nil {
+				m.note(ctx, it, pk, "Warning", "RelatedNotWritten", fmt.Sprintf(
+					"related %q: namespace %s does not exist in this workspace and the broker cannot create it (retrying): %v", id, ns, nsErr))
+				return fmt.Errorf("cannot create namespace %s for related %s: %w", ns, ref.Kind.Kind, nsErr)
+			}
+			_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+		}
 		if apierrors.IsAlreadyExists(err) {
 			// Ours, but not in the watch yet (written moments ago)?
 			got, getErr := ri.Get(ctx, name, metav1.GetOptions{})
@@ -382,8 +398,8 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 			return nil
 		case apierrors.IsNotFound(err):
 			m.note(ctx, it, pk, "Warning", "RelatedNotWritten", fmt.Sprintf(
-				"related %q: cannot create %s %s/%s: %v", id, ref.Kind.Kind, ns, name, err))
-			return nil
+				"related %q: cannot create %s %s/%s (retrying): %v", id, ref.Kind.Kind, ns, name, err))
+			return fmt.Errorf("cannot create related %s %s/%s: %w", ref.Kind.Kind, ns, name, err)
 		case err != nil:
 			return fmt.Errorf("cannot create related %s %s/%s: %w", ref.Kind.Kind, ns, name, err)
 		}
@@ -404,6 +420,19 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	}
 	m.clearNote(it)
 	return nil
+}
+
+var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// ensureNamespace creates namespace ns in the workspace client points at
+// (through the APIExport's namespaces claim); one that exists is fine.
+func (m *Manager) ensureNamespace(ctx context.Context, client dynamic.Interface, ns string) error {
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
+	_, err := client.Resource(namespacesGVR).Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 // sameRelated tells whether a copy in kcp already holds desired's content,
