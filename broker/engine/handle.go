@@ -106,7 +106,8 @@ func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 			"reason", ae.GetReason().String(), "message", ae.GetMessage(), "retryIn", delay.String())
 		return
 	}
-	log.Info("edge rejected an object; waiting for it to change in kcp", "object", replicate.KeyString(r.GetKey()),
+	e.mgr.Rejected(pr, r.GetKey(), "")
+	log.Info("edge rejected an object; waiting for it or its PublishedResource to change", "object", replicate.KeyString(r.GetKey()),
 		"reason", ae.GetReason().String(), "message", ae.GetMessage())
 }
 
@@ -126,7 +127,8 @@ func (e *Engine) relatedResult(pr string, rt *ferryv1.RelatedTo, ae *ferryv1.App
 			"related", rt.GetIdentifier(), "reason", ae.GetReason().String(), "message", ae.GetMessage(), "retryIn", delay.String())
 		return
 	}
-	e.opts.Log.Info("edge rejected a related object; waiting for a change in kcp", "primary", replicate.KeyString(rt.GetPrimary()),
+	e.mgr.Rejected(pr, rt.GetPrimary(), rt.GetIdentifier())
+	e.opts.Log.Info("edge rejected a related object; waiting for a change in kcp or of the PublishedResource", "primary", replicate.KeyString(rt.GetPrimary()),
 		"related", rt.GetIdentifier(), "reason", ae.GetReason().String(), "message", ae.GetMessage())
 }
 

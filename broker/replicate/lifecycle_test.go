@@ -223,3 +223,35 @@ func TestReleaseAllReleasesEveryObject(t *testing.T) {
 		t.Error("the PublishedResource is still synced")
 	}
 }
+
+// TestRejectedIntentWaitsForAChange: an intent the edge refused with a
+// final error (invalid, forbidden, a failing mutation) used to be retried
+// every few minutes forever, each retry an Event. Now it is sent again
+// only when the kcp object's desired state or the PublishedResource
+// changes.
+func TestRejectedIntentWaitsForAChange(t *testing.T) {
+	obj := thing("1", map[string]any{"size": int64(1)}, nil)
+	m, intents := testManager(t, obj)
+	m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+	drain(t, m)
+	in := intents.Next()
+	if in.GetUpsert() == nil {
+		t.Fatalf("want the upsert first, got %v", in)
+	}
+	intents.Done(in.GetKey(), nil, in.GetVersion())
+	m.Rejected("pr", in.GetKey(), "")
+
+	// A status write in kcp (same desired state) sends nothing.
+	m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+	drain(t, m)
+	if again := intents.Next(); again != nil {
+		t.Fatalf("a rejected intent was sent again without a change: %v", again)
+	}
+
+	// The PublishedResource changed: the object is tried again.
+	m.Ensure(m.desired["pr"])
+	drain(t, m)
+	if again := intents.Next(); again.GetUpsert() == nil {
+		t.Fatalf("after a PublishedResource change: want the upsert again, got %v", again)
+	}
+}

@@ -140,6 +140,10 @@ type Manager struct {
 	relWatchers map[schema.GroupVersionResource]*relatedWatcher
 	relRefs     *refindex.Index[item] // where each kcp-origin reference points
 	relSent     map[item]string       // what was last sent per reference on this stream
+	// rejected holds objects (and references) whose last intent the edge
+	// refused with a final error: not sent again until the kcp object or
+	// the PublishedResource changes (Ensure).
+	rejected map[item]struct{}
 	relNotes    map[item]string       // last Event message per reference
 	// relReports holds the latest report per service-origin reference and
 	// relCopies which reference each copy in kcp belongs to: a copy changed
@@ -178,6 +182,7 @@ func NewManager(o Options) *Manager {
 		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
 		relRefs:     refindex.New[item](),
 		relSent:     map[item]string{},
+		rejected:    map[item]struct{}{},
 		relNotes:    map[item]string{},
 		relReports:  map[item]*ferryv1.RelatedObjectReport{},
 		relCopies:   map[string]item{},
@@ -233,6 +238,16 @@ func (m *Manager) Ensure(res Resource) {
 	}
 	if _, known := m.desired[res.PublishedResource]; !known {
 		m.gateLocked(res.PublishedResource)
+	}
+	// A changed PublishedResource (e.g. a fixed mutation) may be what the
+	// rejected objects waited for.
+	for it := range m.rejected {
+		if it.pr == res.PublishedResource {
+			delete(m.rejected, it)
+			delete(m.sentHash, it)
+			delete(m.relSent, it)
+			m.queue.Add(it)
+		}
 	}
 	m.desired[res.PublishedResource] = res
 	m.reconcileLocked()
@@ -851,6 +866,7 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	m.mu.Lock()
 	delete(m.appliedHash, it)
 	delete(m.sentHash, it)
+	delete(m.rejected, it)
 	m.mu.Unlock()
 	m.opts.Outbox.Forget(key, nil)
 	return nil
@@ -1036,6 +1052,18 @@ func (m *Manager) RetryRelated(pr string, rt *ferryv1.RelatedTo) time.Duration {
 	d := m.nacks.When(it)
 	m.queue.AddAfter(it, d)
 	return d
+}
+
+// Rejected records that the edge refused the object's (or, with related
+// set, the reference's) intent with a final error (invalid, forbidden, a
+// failing mutation): it is sent again only when the kcp object changes
+// (its desired state differs) or its PublishedResource does.
+func (m *Manager) Rejected(pr string, key *ferryv1.ObjectKey, related string) {
+	it := item{pr: pr, key: storeKey(key), related: related}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rejected[it] = struct{}{}
+	m.nacks.Forget(it)
 }
 
 // AppliedRelated forgets the failure history of a related object.

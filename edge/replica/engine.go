@@ -604,7 +604,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		e.forgetNamespace(ns) // deleted behind our back; recreated on retry
 	}
 	if err != nil {
-		return nack(in, classify(err), true, "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
+		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
 	}
 	e.record(k, in, ns, name, got.GetGeneration())
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
@@ -877,6 +877,15 @@ func remoteKey(p *Published, remote naming.Remote) *ferryv1.ObjectKey {
 		Name:      remote.Name,
 		Uid:       remote.UID,
 	}
+}
+
+// retryable tells whether applying again may succeed without a change of
+// the object or the PublishedResource: not for invalid objects and
+// refusals (validation, admission, RBAC), which would only repeat the same
+// error (and the same Event) forever.
+func retryable(err error) bool {
+	return !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) && !apierrors.IsForbidden(err) &&
+		!apierrors.IsRequestEntityTooLargeError(err)
 }
 
 func classify(err error) ferryv1.ApplyErrorReason {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -282,5 +283,27 @@ func TestResentStateIsAppliedOverADriftedCopy(t *testing.T) {
 	}
 	if !patched {
 		t.Fatalf("the re-sent state was not applied over the drifted copy (answer %v)", sink.msgs[0].GetIntentResult())
+	}
+}
+
+// TestRefusalsAreFinal: what retrying cannot fix is nacked as final (the
+// broker then waits for a change instead of retrying every few minutes).
+func TestRefusalsAreFinal(t *testing.T) {
+	gr := schema.GroupResource{Group: "svc.example", Resource: "things"}
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewInvalid(schema.GroupKind{Group: "svc.example", Kind: "Thing"}, "a", nil), false},
+		{apierrors.NewForbidden(gr, "a", nil), false},
+		{apierrors.NewBadRequest("bad"), false},
+		{apierrors.NewConflict(gr, "a", nil), true},
+		{apierrors.NewServiceUnavailable("down"), true},
+		{apierrors.NewTimeoutError("slow", 1), true},
+	}
+	for _, tc := range cases {
+		if got := retryable(tc.err); got != tc.want {
+			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -409,7 +409,7 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		if apierrors.IsNotFound(err) {
 			e.forgetNamespace(ns)
 		}
-		return nack(in, classify(err), true, "the service cluster refused %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
 	}
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 }
