@@ -144,7 +144,7 @@ type Manager struct {
 	// refused with a final error: not sent again until the kcp object or
 	// the PublishedResource changes (Ensure).
 	rejected map[item]struct{}
-	relNotes    map[item]string       // last Event message per reference
+	relNotes map[item]string // last Event message per reference
 	// relReports holds the latest report per service-origin reference and
 	// relCopies which reference each copy in kcp belongs to: a copy changed
 	// or deleted in kcp is written again from the report.

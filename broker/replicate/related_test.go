@@ -65,7 +65,7 @@ func TestRelatedCopyOutsideThePrimarysNamespaceHolds(t *testing.T) {
 		},
 	}, {
 		Identifier: "same", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference:  ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
