@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
@@ -49,6 +51,28 @@ type Edge struct {
 	// is a valid DNS label. Changing it later leaves the old finalizer on
 	// existing objects (release it with ferry-broker release-finalizers).
 	Name string `json:"name,omitempty"`
+	// RelatedResources lists the resources ("secrets", "configmaps",
+	// "widgets.example.com": resource.group, core resources without a
+	// group) this edge's PublishedResources may name in spec.related[]: the
+	// broker claims them in the consumers' workspaces (permission claims)
+	// and reads or writes them there. A PublishedResource naming anything
+	// else is refused by the broker (BrokerRefused). Optional: default
+	// secrets and configmaps. Cluster-scoped kinds are always refused.
+	RelatedResources []string `json:"relatedResources,omitempty"`
+}
+
+// DefaultRelatedResources are the resources an edge may relate when its
+// entry lists none.
+var DefaultRelatedResources = []string{"secrets", "configmaps"}
+
+// AllowsRelated tells whether the edge's PublishedResources may name
+// resource gr in spec.related[].
+func (e Edge) AllowsRelated(gr schema.GroupResource) bool {
+	allowed := e.RelatedResources
+	if len(allowed) == 0 {
+		allowed = DefaultRelatedResources
+	}
+	return slices.Contains(allowed, gr.String())
 }
 
 // FinalizerPrefix prefixes the broker's finalizer names.
@@ -133,10 +157,18 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.name is required: no default can be derived from identity %q (the finalizer is %s<name>)", field, e.Identity, FinalizerPrefix))
 			continue
 		}
+		for j, r := range e.RelatedResources {
+			if gr := schema.ParseGroupResource(r); gr.Resource == "" || len(validation.IsDNS1123Subdomain(gr.Resource)) > 0 {
+				errs = append(errs, fmt.Errorf("%s.relatedResources[%d] %q is not a resource (want e.g. secrets or widgets.example.com)", field, j, r))
+			}
+		}
 		if first, ok := names[e.APIExport]; ok {
 			if other := c.Edges[first].ResolvedName(); other != name {
 				errs = append(errs, fmt.Errorf("%s serves APIExport %s like edges[%d], so both need the same name (finalizer), but they resolve to %q and %q: set name on both",
 					field, e.APIExport, first, other, name))
+			}
+			if !slices.Equal(c.Edges[first].RelatedResources, e.RelatedResources) {
+				errs = append(errs, fmt.Errorf("%s serves APIExport %s like edges[%d], so both need the same relatedResources", field, e.APIExport, first))
 			}
 		} else {
 			names[e.APIExport] = i
@@ -169,4 +201,15 @@ func (c *Config) IsAdmin(identity string) bool {
 		}
 	}
 	return false
+}
+
+// ExportEntry returns the first entry serving export (entries serving the
+// same export agree on name and relatedResources).
+func (c *Config) ExportEntry(export APIExportRef) (Edge, bool) {
+	for _, e := range c.Edges {
+		if e.APIExport == export {
+			return e, true
+		}
+	}
+	return Edge{}, false
 }

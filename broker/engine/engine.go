@@ -26,6 +26,7 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -55,6 +56,9 @@ type Options struct {
 	// EdgeName is the edge's name in the broker's configuration; the
 	// finalizer is "ferry.dev/<name>".
 	EdgeName string
+	// AllowRelated tells whether the edge may name a resource in
+	// spec.related[] (the broker's configuration); nil allows the defaults.
+	AllowRelated func(schema.GroupResource) bool
 	// KCP is the broker's kcp rest config.
 	KCP *rest.Config
 	// Publisher applies Publish messages to kcp.
@@ -100,6 +104,10 @@ func New(o Options) *Engine {
 	})
 	e.reports = newReportWorker(e.mgr, e.control, o.Log.WithName("reports"))
 	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr)
+	e.publisher.allowRelated = o.AllowRelated
+	if e.publisher.allowRelated == nil {
+		e.publisher.allowRelated = config.Edge{}.AllowsRelated
+	}
 	return e
 }
 

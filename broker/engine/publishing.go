@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // PublishApplier applies one Publish to kcp. Implemented by
@@ -37,6 +38,9 @@ type publishWorker struct {
 	results func(*ferryv1.PublishResult)
 	log     logr.Logger
 	mgr     *replicate.Manager
+	// allowRelated tells whether the edge may name a resource in
+	// spec.related[] (the broker's configuration).
+	allowRelated func(schema.GroupResource) bool
 	// done holds, per PublishedResource, the last Publish applied and its
 	// result (only run's goroutine touches it).
 	done map[string]applied
@@ -125,7 +129,10 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			w.results(d.res)
 			return
 		}
-		res, err := w.applier.Apply(ctx, w.export, w.owners, m.Publish)
+		res, err := w.refuseRelated(m.Publish)
+		if res == nil {
+			res, err = w.applier.Apply(ctx, w.export, w.owners, m.Publish)
+		}
 		if err == nil && res.GetState() == ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
 			err = w.published(ctx, m.Publish, res)
 		}
@@ -216,4 +223,33 @@ func deletionPolicy(msg *ferryv1.Publish) ferryv1alpha1.DeletionPolicy {
 		return ferryv1alpha1.DeletionPolicyOrphan
 	}
 	return spec.DeletionPolicy
+}
+
+// refuseRelated answers a Publish whose spec.related[] names a resource the
+// broker's configuration does not let this edge claim in kcp (nil when
+// every entry is allowed; an entry that does not compile is the
+// projection's to refuse). Refusals are counted.
+func (w *publishWorker) refuseRelated(msg *ferryv1.Publish) (*ferryv1.PublishResult, error) {
+	var spec ferryv1alpha1.PublishedResourceSpec
+	if err := json.Unmarshal(msg.GetSpec(), &spec); err != nil {
+		return nil, nil
+	}
+	refs, err := related.Compile(spec.Related)
+	if err != nil {
+		return nil, nil
+	}
+	for _, ref := range refs {
+		if gr := ref.Resource.GroupResource(); !w.allowRelated(gr) {
+			w.mgr.CountRefused()
+			w.log.Info("refused a PublishedResource: its related[] names a resource this edge may not claim", "publishedResource", msg.GetPublishedResource(),
+				"related", ref.Identifier, "resource", gr.String())
+			return &ferryv1.PublishResult{
+				PublishedResource: msg.GetPublishedResource(), Generation: msg.GetGeneration(), Revision: msg.GetRevision(),
+				State: ferryv1.PublishState_PUBLISH_STATE_FAILED, Reason: ferryv1alpha1.ReasonBrokerRefused,
+				Message: fmt.Sprintf("spec.related[%s]: the broker's configuration does not let this edge claim %s in kcp (ask the platform team to add it to the edge's relatedResources)",
+					ref.Identifier, gr.String()),
+			}, nil
+		}
+	}
+	return nil, nil
 }

@@ -87,6 +87,12 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	}
 
 	path := logicalcluster.NewPath(export.Workspace)
+	if msg, err := p.checkRelatedScope(ctx, path, spec.Related); err != nil || msg != "" {
+		if err != nil {
+			return nil, err
+		}
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", msg)
+	}
 	ars := proj.Schema
 	if _, err := p.client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Create(ctx, ars, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
@@ -213,4 +219,34 @@ func relatedClaims(related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.P
 		}
 	}
 	return out
+}
+
+// checkRelatedScope refuses (a message) related kinds that kcp serves
+// cluster-scoped or not at all: the broker claims and writes related
+// objects only inside a namespace of a consumer's workspace, whatever the
+// edge checked on its side. An error is worth retrying.
+func (p *Publisher) checkRelatedScope(ctx context.Context, path logicalcluster.Path, specs []ferryv1alpha1.RelatedResourceSpec) (string, error) {
+	for _, r := range specs {
+		version := r.Version
+		if version == "" {
+			version = "v1"
+		}
+		gv := schema.GroupVersion{Group: r.Group, Version: version}
+		plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(r.Kind))
+		list, err := p.client.Cluster(path).Discovery().ServerResourcesForGroupVersion(gv.String())
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("cannot read kcp's discovery of %s: %w", gv, err)
+		}
+		i := slices.IndexFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == plural.Resource })
+		switch {
+		case i < 0:
+			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil
+		case !list.APIResources[i].Namespaced:
+			return fmt.Sprintf("spec.related[%s]: %s is cluster-scoped in kcp; related objects must be namespaced", r.Identifier, plural.GroupResource()), nil
+		}
+	}
+	return "", nil
 }

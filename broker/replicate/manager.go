@@ -326,6 +326,9 @@ func (m *Manager) Detach() {
 	m.attached = false
 }
 
+// CountRefused counts one more refused edge message (see Refused).
+func (m *Manager) CountRefused() { m.refused.Add(1) }
+
 // Refused is the number of edge messages the manager refused since it
 // started because what they claimed did not hold in kcp.
 func (m *Manager) Refused() uint64 { return m.refused.Load() }

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -77,7 +78,7 @@ func New(o Options) *Server {
 	log := o.Log.WithName("sync")
 	engs := newEngines(o.EngineIdleTimeout, log, func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine {
 		return engine.New(engine.Options{
-			Export: export, LogicalCluster: logicalCluster, EdgeName: agent, KCP: o.KCP, Publisher: o.Publisher,
+			Export: export, LogicalCluster: logicalCluster, EdgeName: agent, KCP: o.KCP, Publisher: o.Publisher, AllowRelated: allowRelated(o.Config, export),
 			Watcher: o.Resolver, Epoch: epoch, Window: o.InFlightWindow, InventoryGate: inventoryGate,
 			Log: log.WithName("engine").WithValues(logging.KeyExport, export.String(), logging.KeyAgent, agent),
 		})
@@ -181,4 +182,14 @@ func newEpoch() uint64 {
 			return e
 		}
 	}
+}
+
+// allowRelated is the related-resource allow-list of the edges serving
+// export (entries serving one export agree on it).
+func allowRelated(cfg *config.Config, export config.APIExportRef) func(schema.GroupResource) bool {
+	if cfg == nil {
+		return nil
+	}
+	e, _ := cfg.ExportEntry(export)
+	return e.AllowsRelated
 }
