@@ -96,6 +96,13 @@ test-unit: ## Unit tests (no servers).
 test-e2e: tools build-race ## End-to-end tests against real kcp, kube-apiserver and etcd.
 	FERRY_ARTIFACTS=$(CURDIR)/_artifacts go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Fuzz the edge's intent handling and the broker's report handling (FUZZTIME each, default 30s).
+	go test -run '^$$' -fuzz '^FuzzIntent$$' -fuzztime $(FUZZTIME) ./edge/replica
+	go test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) ./broker/replicate
+
 .PHONY: bench
 bench: ## Benchmarks.
 	go test -run '^$$' -bench . -benchmem $$(go list ./... | grep -v /test/)

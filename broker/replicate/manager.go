@@ -846,6 +846,9 @@ func (m *Manager) addFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj 
 // object is being deleted in kcp or has left the filters); an object that is
 // gone or was replaced needs nothing.
 func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
+	if err := m.checkKey(pr, key); err != nil {
+		return err
+	}
 	obj, err := m.current(ctx, pr, key)
 	if err != nil {
 		return err
@@ -872,6 +875,27 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	delete(m.rejected, it)
 	m.mu.Unlock()
 	m.opts.Outbox.Forget(key, nil)
+	return nil
+}
+
+// checkKey refuses a key that cannot name an object pr syncs: every part
+// must be set, and the resource must be pr's (the edge cannot make the
+// broker write into another resource of the export).
+func (m *Manager) checkKey(pr string, key *ferryv1.ObjectKey) error {
+	m.mu.Lock()
+	res, ok := m.desired[pr]
+	m.mu.Unlock()
+	r := key.GetResource()
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: PublishedResource %q is not synced", ErrRefused, pr)
+	case key.GetCluster() == "" || key.GetName() == "" || key.GetUid() == "":
+		m.refused.Add(1)
+		return fmt.Errorf("%w: the object key needs cluster, name and uid", ErrRefused)
+	case r.GetGroup() != res.GVR.Group || r.GetResource() != res.GVR.Resource:
+		m.refused.Add(1)
+		return fmt.Errorf("%w: %s is not the resource of PublishedResource %q (%s)", ErrRefused, KeyString(key), pr, res.GVR.GroupResource())
+	}
 	return nil
 }
 
@@ -968,6 +992,9 @@ func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.Objec
 	}
 	if !res.HasStatus {
 		return false, ErrNoStatus
+	}
+	if err := m.checkKey(pr, key); err != nil {
+		return false, err
 	}
 	var value any
 	// Kubernetes' JSON decoding, as the informer's: whole numbers stay int64.

@@ -274,6 +274,9 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		return errors.New("the published resource is not listed yet")
 	}
 	pk := r.GetRelatedTo().GetPrimary()
+	if err := m.checkKey(pr, pk); err != nil {
+		return err
+	}
 	it := item{pr: pr, key: storeKey(pk), related: id}
 	raw, exists, err := w.store.GetByKey(storeKey(pk))
 	if err != nil || !exists {
