@@ -20,8 +20,8 @@ import (
 
 // TestSyncFailureIsVisibleInKCPAndRecovers makes the service cluster reject
 // an object (a ValidatingAdmissionPolicy), expects a Warning Event on the
-// kcp object saying why, then removes the policy and expects the object to
-// sync by itself.
+// kcp object saying why and no repeats (a refusal is final), then removes
+// the policy, changes the object in kcp and expects it to sync.
 func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
 	ctx := context.Background()
 	e := newSyncEnv(t, "failing.example.com", "Gizmo", "gizmos", nil)
@@ -90,8 +90,31 @@ func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The cause goes away; the object syncs by itself (retried with backoff).
+	// A refusal is final: not retried (and not one Event per retry) until
+	// the object changes. Before, it was retried with backoff (1 s, 2 s,
+	// 4 s, …) and every retry created another Event.
+	time.Sleep(15 * time.Second)
+	events, err := consumerKube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var count int32
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Name == "bad" && ev.Reason == "SyncFailed" {
+			n++
+			count += ev.Count
+		}
+	}
+	if n != 1 || count > 2 {
+		t.Errorf("15 s after the refusal: %d SyncFailed Events with a total count of %d, want one Event counted at most twice", n, count)
+	}
+
+	// The cause goes away and the object changes in kcp: it syncs.
 	if err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.remote.Namespace("default").Patch(ctx, "bad", types.MergePatchType, []byte(`{"spec":{"color":"green"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitLocal(t, "default", "bad", func(u *unstructured.Unstructured) (bool, string) {
