@@ -64,6 +64,9 @@ type Options struct {
 	Log  logr.Logger
 	// ReportWindow is how many reports may await the broker's answer.
 	ReportWindow int
+	// RelatedClusterWide caches related kinds in the whole cluster instead
+	// of per namespace ferry may use (relatedwatch.go).
+	RelatedClusterWide bool
 }
 
 // Sink is the attached stream's control lane (link.Loop.Control): it never
@@ -106,6 +109,9 @@ type Engine struct {
 	relWatches map[schema.GroupVersionResource]*relatedWatch
 	relRefs    *refindex.Index[relKey] // which local related object each reference points at
 	relSum     map[relKey][32]byte     // last report per reference
+	// relWaiting holds references waiting for a related informer to list
+	// (by waitKey).
+	relWaiting map[string]map[relKey]struct{}
 }
 
 type localWatch struct {
@@ -149,6 +155,7 @@ func NewEngine(o Options) *Engine {
 		relWatches: map[schema.GroupVersionResource]*relatedWatch{},
 		relRefs:    refindex.New[relKey](),
 		relSum:     map[relKey][32]byte{},
+		relWaiting: map[string]map[relKey]struct{}{},
 	}
 }
 
@@ -711,6 +718,16 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		}
 	}
 	if existing == nil {
+		// Not this agent's (by label), not applied by this process: a copy
+		// an edge of another agent name made (the edge was renamed) sits
+		// where the naming rules put it; it is this edge's to delete.
+		other, err := e.copyOfAnotherAgent(ctx, w.pub, in.GetKey())
+		if err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+		if other != nil {
+			return e.deleteUnwatched(ctx, in, w.pub, other)
+		}
 		e.mu.Lock()
 		e.confirmLocked(in)
 		e.mu.Unlock()
@@ -736,6 +753,55 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 	// Confirmed when the informer sees the object gone (it may have
 	// finalizers of its own).
 	return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
+}
+
+// copyOfAnotherAgent returns the local copy of key at the place the naming
+// rules give it when its ferry labels name key under another agent name
+// (one GET, only for deletes of copies this edge does not watch).
+func (e *Engine) copyOfAnotherAgent(ctx context.Context, pub *Published, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
+	remote := naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}
+	ns, name, err := pub.Naming.Local(remote, pub.Namespaced)
+	if err != nil {
+		return nil, nil // no place: nothing can be there
+	}
+	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("cannot read %s %s: %w", pub.LocalKind, nsName(ns, name), err)
+	}
+	if r, ok := naming.RemoteFrom(got.GetLabels(), got.GetAnnotations()); !ok || r.ClusterName != remote.ClusterName ||
+		r.Namespace != remote.Namespace || r.Name != remote.Name || got.GetLabels()[naming.LabelAgent] == e.opts.Agent {
+		return nil, nil // someone else's object, or this agent's (the watch decides)
+	}
+	return got, nil
+}
+
+// deleteUnwatched deletes a copy the local watch does not see (another
+// agent name's) and confirms once a read finds it gone; until then the
+// broker retries.
+func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pub *Published, u *unstructured.Unstructured) *ferryv1.IntentResult {
+	ri := e.opts.Dynamic.Resource(pub.Local).Namespace(u.GetNamespace())
+	uid := u.GetUID()
+	policy := metav1.DeletePropagationBackground
+	if u.GetDeletionTimestamp() == nil {
+		err := ri.Delete(ctx, u.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy, Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return nack(in, classify(err), true, "cannot delete %s %s: %v", pub.LocalKind, nsName(u.GetNamespace(), u.GetName()), err)
+		}
+		e.opts.Log.Info("deleted a local copy made under another agent name", "local", nsName(u.GetNamespace(), u.GetName()),
+			"agent", u.GetLabels()[naming.LabelAgent])
+	}
+	got, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && got.GetUID() != uid) {
+		e.mu.Lock()
+		e.confirmLocked(in)
+		e.mu.Unlock()
+		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
+	}
+	return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE, true, "waiting for %s %s to be deleted in the service cluster",
+		pub.LocalKind, nsName(u.GetNamespace(), u.GetName()))
 }
 
 func (e *Engine) confirmLocked(in *ferryv1.SyncIntent) {

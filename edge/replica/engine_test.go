@@ -307,3 +307,37 @@ func TestRefusalsAreFinal(t *testing.T) {
 		}
 	}
 }
+
+// TestRenamedAgentDeletesItsOldCopies: a copy made under an earlier agent
+// name is not in this edge's watch (it selects by agent label), so a
+// delete used to be confirmed at once and the copy was left behind. It is
+// found where the naming rules put it, deleted, and only then confirmed.
+func TestRenamedAgentDeletesItsOldCopies(t *testing.T) {
+	key, remote := remoteThing()
+	rules, err := naming.Compile(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, name, err := rules.Local(remote, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := localCopy(remote)
+	old.SetNamespace(ns)
+	old.SetName(name)
+	old.SetLabels(naming.Labels("old-name", remote))
+	e, _, sink := testEngine(t, true, old)
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
+		t.Fatalf("want one ack, got %v", sink.msgs)
+	}
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace(ns).Get(context.Background(), name, getOpts); !apierrors.IsNotFound(err) {
+		t.Fatalf("the copy of the earlier agent name is still there: %v", err)
+	}
+	got := reportsQueued(e)
+	if len(got) != 1 || got[0].GetDeletionConfirmation() == nil {
+		t.Fatalf("want a deletion confirmation after the delete, got %v", got)
+	}
+}

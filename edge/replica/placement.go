@@ -22,8 +22,8 @@ import (
 // The broker names the workspace (logical cluster) of every intent, and the
 // kcp consumer writes the spec that related references are evaluated on;
 // neither may choose where the edge writes. A workspace's objects land only
-//   - in namespaces the edge created for that workspace (labelled
-//     ferry.dev/agent=<agent> and ferry.dev/workspace=<logical cluster>),
+//   - in namespaces ferry created for that workspace (labelled
+//     ferry.dev/workspace=<logical cluster>, and ferry.dev/agent),
 //   - in a namespace the PublishedResource names statically (a naming rule
 //     without placeholders, a related entry's static namespace), or
 //   - for primary copies, in an existing namespace ferry did not create when
@@ -41,7 +41,7 @@ type nsState int
 
 const (
 	nsMissing  nsState = iota // does not exist (as far as the edge knows)
-	nsFerry                   // created by this agent; see its workspace
+	nsFerry                   // created by ferry (for a workspace, or shared by this agent)
 	nsExisting                // exists, not created by this agent
 )
 
@@ -79,18 +79,32 @@ func (p placement) decide(ns string, st nsState, owner string) (label string, er
 	}
 }
 
-// watchNamespacesLocked starts the informer on the namespaces this agent
-// created (selected by its label: no other namespace is cached).
+// watchNamespacesLocked starts the informer on the namespaces ferry
+// created for a workspace (selected by the label: no other namespace is
+// cached). Not by agent name: an edge renamed since keeps its namespaces,
+// and a workspace's namespace is that workspace's whichever edge made it.
 func (e *Engine) watchNamespacesLocked() {
-	lw := watching.ListWatch(e.opts.Dynamic.Resource(namespacesGVR), naming.LabelAgent+"="+e.opts.Agent)
+	lw := watching.ListWatch(e.opts.Dynamic.Resource(namespacesGVR), naming.LabelWorkspace)
 	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 	_ = informer.SetTransform(dropManagedFields)
+	// Related objects are cached in ferry's namespaces (relatedwatch.go).
+	changed := func(any) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.nsSynced {
+			e.ensureRelatedWatchesLocked()
+		}
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: changed, DeleteFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) },
+	})
 	e.nsStore = informer.GetIndexer()
 	go informer.RunWithContext(e.ctx)
 	go func() {
 		if cache.WaitForCacheSync(e.ctx.Done(), informer.HasSynced) {
 			e.mu.Lock()
 			e.nsSynced = true
+			e.ensureRelatedWatchesLocked()
 			e.mu.Unlock()
 			e.relistRelated()
 		}
@@ -162,8 +176,8 @@ func (e *Engine) place(ctx context.Context, p placement, ns string) error {
 			return fmt.Errorf("cannot read namespace %s: %w", ns, getErr)
 		}
 		st, owner = nsExisting, ""
-		if got.Labels[naming.LabelAgent] == e.opts.Agent {
-			st, owner = nsFerry, got.Labels[naming.LabelWorkspace]
+		if ws := got.Labels[naming.LabelWorkspace]; ws != "" || got.Labels[naming.LabelAgent] == e.opts.Agent {
+			st, owner = nsFerry, ws
 		}
 		e.mu.Lock()
 		if st == nsFerry {

@@ -19,15 +19,14 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
-	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // Related objects on the edge.
 //
-// Origin service: the edge watches the related resource in the whole
-// service cluster (the objects are made by the service's controllers, so
-// they carry no label to select on), evaluates each primary's reference on
-// the local copy, and reports what it finds — the object, its absence, or
+// Origin service: the edge watches the related resource in the namespaces
+// it may read them in (relatedwatch.go; the objects are made by the
+// service's controllers, so they carry no label to select on), evaluates
+// each primary's reference on the local copy, and reports what it finds — the object, its absence, or
 // why the reference cannot be evaluated — whenever either side changes. The
 // broker locates the kcp-side object on the kcp primary itself.
 //
@@ -38,14 +37,6 @@ import (
 
 // relatedOwnerIndex indexes related copies by primary UID and identifier.
 const relatedOwnerIndex = "ferry.dev/related-owner"
-
-// relatedWatch is an informer on one related resource, all namespaces.
-type relatedWatch struct {
-	gvr    schema.GroupVersionResource
-	store  cache.Indexer
-	cancel context.CancelFunc
-	synced bool
-}
 
 // relKey is one primary's reference by one related[] entry.
 type relKey struct{ pub, primary, id string }
@@ -73,66 +64,6 @@ func dropManagedFields(obj any) (any, error) {
 
 func gvrKey(gvr schema.GroupVersionResource, ns, name string) string {
 	return gvr.String() + "|" + ns + "/" + name
-}
-
-// ensureRelatedWatchesLocked runs exactly the related watches the
-// registered PublishedResources need.
-func (e *Engine) ensureRelatedWatchesLocked() {
-	if e.ctx == nil {
-		return
-	}
-	needed := map[schema.GroupVersionResource]bool{}
-	for _, p := range e.published {
-		for _, r := range p.Related {
-			needed[r.Local] = true
-		}
-	}
-	for gvr, rw := range e.relWatches {
-		if !needed[gvr] {
-			rw.cancel()
-			delete(e.relWatches, gvr)
-		}
-	}
-	for gvr := range needed {
-		if _, ok := e.relWatches[gvr]; !ok {
-			e.startRelatedWatchLocked(gvr)
-		}
-	}
-}
-
-func (e *Engine) startRelatedWatchLocked(gvr schema.GroupVersionResource) {
-	ctx, cancel := context.WithCancel(e.ctx)
-	rw := &relatedWatch{gvr: gvr, cancel: cancel}
-	e.relWatches[gvr] = rw
-	informer := cache.NewSharedIndexInformer(watching.ListWatch(e.opts.Dynamic.Resource(gvr), ""),
-		&unstructured.Unstructured{}, 0, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})
-	_ = informer.SetTransform(dropManagedFields)
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.relatedChanged(rw, obj) },
-		UpdateFunc: func(_, obj any) { e.relatedChanged(rw, obj) },
-		DeleteFunc: func(obj any) { e.relatedChanged(rw, obj) },
-	})
-	rw.store = informer.GetIndexer()
-	go informer.RunWithContext(ctx)
-	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-			return
-		}
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		rw.synced = true
-		if e.relWatches[gvr] != rw {
-			return
-		}
-		// Everything pointing at this resource can be reported now.
-		for _, w := range e.watches {
-			if w.synced && w.pub.usesRelated(gvr) {
-				for _, obj := range w.store.List() {
-					e.reportRelatedLocked(w, obj)
-				}
-			}
-		}
-	}()
 }
 
 func (p *Published) usesRelated(gvr schema.GroupVersionResource) bool {
@@ -180,16 +111,7 @@ func (e *Engine) rereportLocked(key string, skip relKey) {
 		}
 	})
 	for _, rk := range refs {
-		w, ok := e.watches[rk.pub]
-		if !ok {
-			continue
-		}
-		ref := w.pub.related(rk.id)
-		primary, exists, err := w.store.GetByKey(rk.primary)
-		if ref == nil || err != nil || !exists {
-			continue
-		}
-		e.reportRelatedRefLocked(w, primary.(*unstructured.Unstructured), ref)
+		e.reportRefLocked(rk)
 	}
 }
 
@@ -215,7 +137,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		return
 	}
 	rw := e.relWatches[ref.Local]
-	if rw == nil || !rw.synced || !e.nsSynced {
+	if rw == nil || !e.nsSynced {
 		return // reported once the watches have listed
 	}
 	rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
@@ -240,11 +162,15 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 			Message: fmt.Sprintf("on the service cluster's copy %s: %v", nsName(primary.GetNamespace(), primary.GetName()), err),
 		}}
 	default:
+		if !rw.readyIn(ns) {
+			// Reported once the namespace's cache has listed.
+			e.waitForSpaceLocked(rw, ns, rk)
+			return
+		}
 		at = gvrKey(ref.Local, ns, name)
 		report.LocalNamespace, report.LocalName = ns, name
-		raw, exists, _ := rw.store.GetByKey(cacheKeyOf(ns, name))
-		if exists {
-			data, err := json.Marshal(objects.RelatedContent(raw.(*unstructured.Unstructured)).Object)
+		if u, exists := rw.get(ns, name); exists {
+			data, err := json.Marshal(objects.RelatedContent(u).Object)
 			if err != nil {
 				return
 			}
@@ -317,7 +243,7 @@ func (e *Engine) relatedReady(in *ferryv1.SyncIntent) bool {
 		return true
 	}
 	rw := e.relWatches[ref.Local]
-	return w.synced && rw != nil && rw.synced
+	return w.synced && rw != nil && rw.allSynced()
 }
 
 // applyRelated writes or deletes the local copy of a related object that
@@ -340,7 +266,7 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, false,
 			"PublishedResource %q has no related entry %q that originates in kcp", in.GetPublishedResource(), rt.GetIdentifier())
 	}
-	copies, _ := rw.store.ByIndex(relatedOwnerIndex, rt.GetPrimary().GetUid()+"|"+ref.Identifier)
+	copies := rw.owned(rt.GetPrimary().GetUid() + "|" + ref.Identifier)
 	if in.GetDelete() != nil {
 		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
 			return nack(in, classify(err), true, "%v", err)
@@ -371,8 +297,14 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 			return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 		}
 	}
-	if raw, exists, _ := rw.store.GetByKey(cacheKeyOf(ns, name)); exists {
-		if u := raw.(*unstructured.Unstructured); u.GetLabels()[naming.LabelRelatedTo] != pk.GetUid() {
+	if !rw.readyIn(ns) {
+		e.mu.Lock()
+		e.ensureRelatedWatchesLocked() // a namespace the cache does not hold yet
+		e.mu.Unlock()
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY, true, "related %q: the edge has not listed %s in namespace %s yet", ref.Identifier, ref.Local.Resource, ns)
+	}
+	if u, exists := rw.get(ns, name); exists {
+		if u.GetLabels()[naming.LabelRelatedTo] != pk.GetUid() {
 			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT, false,
 				"related %q: %s %s already exists in the service cluster and was not created by ferry for this object; not overwriting it",
 				ref.Identifier, ref.Kind.Kind, nsName(ns, name))
@@ -445,7 +377,7 @@ func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primar
 		if rw == nil {
 			continue
 		}
-		copies, _ := rw.store.ByIndex(relatedOwnerIndex, primaryUID+"|"+ref.Identifier)
+		copies := rw.owned(primaryUID + "|" + ref.Identifier)
 		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
 			return err
 		}

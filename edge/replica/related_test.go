@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -69,12 +71,12 @@ func TestSharedRelatedObjectIsNeverCopied(t *testing.T) {
 	}
 	e, w, _ := testEngine(t, true)
 	w.pub.Related = []Related{{Reference: refs[0], Local: secretsGVR}}
-	rw := &relatedWatch{gvr: secretsGVR, synced: true, store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
-	e.relWatches[secretsGVR] = rw
+	space := &relatedSpace{synced: true, cancel: func() {}, store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
+	e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"acc-cm": space}}
 	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"tls.key": "c2VjcmV0"}}}
 	secret.SetNamespace("acc-cm")
 	secret.SetName("app-cert")
-	if err := rw.store.Add(secret); err != nil {
+	if err := space.store.Add(secret); err != nil {
 		t.Fatal(err)
 	}
 	a := primaryIn("ws-a", "acc-cm", "a-app", "app-cert")
@@ -112,5 +114,52 @@ func TestSharedRelatedObjectIsNeverCopied(t *testing.T) {
 	e.mu.Unlock()
 	if got := relatedStates(e); got["ws-a"] != "object" || got["ws-b"] != "gone" {
 		t.Fatalf("after the rename: %v, want a's object and b's gone", got)
+	}
+}
+
+// TestRelatedCacheHoldsOnlyFerrysNamespaces: the edge used to cache every
+// Secret of the service cluster for related objects. It now holds one
+// informer per namespace it may read related objects in — the namespaces
+// it created and those a PublishedResource names statically — unless the
+// service owner opts into a cluster-wide cache.
+func TestRelatedCacheHoldsOnlyFerrysNamespaces(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
+		Reference: ferryv1alpha1.RelatedResourceReference{
+			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
+			Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: "shared-certs"}},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, clusterWide := range []bool{false, true} {
+		e, w, _ := testEngine(t, true)
+		e.opts.RelatedClusterWide = clusterWide
+		w.pub.Related = []Related{{Reference: refs[0], Local: secretsGVR}}
+		e.nsStore = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+		ferryNS := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+		ferryNS.SetName("ws-a")
+		if err := e.nsStore.Add(ferryNS); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		e.mu.Lock()
+		e.ctx = ctx
+		e.ensureRelatedWatchesLocked()
+		var got []string
+		for ns := range e.relWatches[secretsGVR].spaces {
+			got = append(got, ns)
+		}
+		e.mu.Unlock()
+		cancel()
+		slices.Sort(got)
+		want := []string{"shared-certs", "ws-a"}
+		if clusterWide {
+			want = []string{""}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("cluster-wide %v: related informers in %q, want %q", clusterWide, got, want)
+		}
 	}
 }

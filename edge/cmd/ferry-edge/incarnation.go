@@ -176,7 +176,8 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	}
 	wake, pending := link.NewWake()
 	store := publish.NewStore(opts.BrokerAddress, wake)
-	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica")})
+	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica"),
+		RelatedClusterWide: opts.RelatedCacheClusterWide})
 	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("cannot set up the PublishedResource controller: %w", err)
 	}

@@ -20,25 +20,26 @@ import (
 
 // Options are the edge's command-line options.
 type Options struct {
-	BrokerAddress     string
-	BrokerServerName  string
-	TLS               tlsconfig.Files
-	AgentName         string
-	Kubeconfig        string
-	HeartbeatInterval time.Duration
-	MaxMessageBytes   uint32
-	BackoffInitial    time.Duration
-	BackoffMax        time.Duration
-	Selector          string
-	InstallCRDs       bool
-	LeaderElect       bool
-	LeaderNamespace   string
-	LeaseDuration     time.Duration
-	RenewDeadline     time.Duration
-	RetryPeriod       time.Duration
-	ClientQPS         float32
-	ClientBurst       int
-	Zap               zap.Options
+	BrokerAddress           string
+	BrokerServerName        string
+	TLS                     tlsconfig.Files
+	AgentName               string
+	Kubeconfig              string
+	HeartbeatInterval       time.Duration
+	MaxMessageBytes         uint32
+	BackoffInitial          time.Duration
+	BackoffMax              time.Duration
+	Selector                string
+	InstallCRDs             bool
+	RelatedCacheClusterWide bool
+	LeaderElect             bool
+	LeaderNamespace         string
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+	ClientQPS               float32
+	ClientBurst             int
+	Zap                     zap.Options
 }
 
 // NewOptions returns the defaults.
@@ -72,6 +73,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.BackoffMax, "reconnect-max-delay", o.BackoffMax, "Upper bound of any reconnect delay (full jitter).")
 	fs.StringVar(&o.Selector, "published-resource-selector", o.Selector, "Label selector: this edge handles only matching PublishedResources (several edges can share a cluster).")
 	fs.BoolVar(&o.InstallCRDs, "install-crds", o.InstallCRDs, "Create or update the PublishedResource CRD at start.")
+	fs.BoolVar(&o.RelatedCacheClusterWide, "related-cache-cluster-wide", o.RelatedCacheClusterWide,
+		"Cache related kinds (e.g. Secrets) in the whole service cluster with one watch per kind, instead of one watch per namespace ferry created or a PublishedResource names (the default: no other namespace's Secrets are held in memory). For edges serving very many workspaces.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among edge replicas (a Lease in the service cluster); only the leader connects to the broker and syncs.")
 	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", o.LeaderNamespace, "Namespace of the leader election Lease (must exist).")
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "How long a replica waits before taking over an expired lease.")
