@@ -386,6 +386,8 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		StatusMutator: compiled.StatusMutator,
 		Related:       compiled.Related,
 		Revision:      revision,
+
+		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
 	})
 }
 

@@ -53,6 +53,9 @@ type placement struct {
 	static []string
 	// allowExisting admits namespaces ferry did not create.
 	allowExisting bool
+	// primary: the placement of a primary copy, which
+	// spec.naming.allowExistingNamespaces can widen (not a related object).
+	primary bool
 }
 
 // decide tells whether an object of p.workspace may land in ns, which is in
@@ -74,8 +77,10 @@ func (p placement) decide(ns string, st nsState, owner string) (label string, er
 		return "", fmt.Errorf("%w: namespace %s is shared by all workspaces and this PublishedResource does not name it", errForbidden, ns)
 	case p.allowExisting:
 		return "", nil
-	default:
+	case p.primary:
 		return "", fmt.Errorf("%w: namespace %s exists and was not created by ferry for this workspace (set spec.naming.allowExistingNamespaces to allow it)", errForbidden, ns)
+	default:
+		return "", fmt.Errorf("%w: namespace %s exists and was not created by ferry for this workspace", errForbidden, ns)
 	}
 }
 

@@ -46,7 +46,7 @@ func (p *Published) LocalGVK() schema.GroupVersionKind {
 
 // placement is where objects of workspace may land (placement.go).
 func (p *Published) placement(workspace string) placement {
-	pl := placement{workspace: workspace, allowExisting: p.AllowExistingNamespaces}
+	pl := placement{workspace: workspace, allowExisting: p.AllowExistingNamespaces, primary: true}
 	if ns, ok := p.Naming.StaticNamespace(); ok {
 		pl.static = []string{ns}
 	}

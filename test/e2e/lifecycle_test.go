@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -319,5 +320,48 @@ func TestRenamedAgentStrandsNothing(t *testing.T) {
 			names = append(names, fmt.Sprintf("%s/%s (agent %s)", c.GetNamespace(), c.GetName(), c.GetLabels()[naming.LabelAgent]))
 		}
 		t.Errorf("local copies left after the kcp object is gone: %v", names)
+	}
+}
+
+// TestUninstalledEdgeIsCleanedUpWithOneCommand: an edge uninstalled for
+// good leaves its finalizer on every object it synced; ferry-broker
+// release-finalizers removes it in every bound workspace, after which the
+// objects can be deleted. The service cluster is not touched.
+func TestUninstalledEdgeIsCleanedUpWithOneCommand(t *testing.T) {
+	e := newSyncEnv(t, "uninstall.example.com", "Kite", "kites", nil)
+	names := []string{"k1", "k2", "k3"}
+	for _, n := range names {
+		e.syncedRemote(t, n)
+	}
+	// Uninstalled for good: the edge and its broker stop.
+	stopChecked(t, e.edge)
+	stopChecked(t, e.broker.Process)
+	for _, n := range names {
+		e.waitFinalizer(t, "default", n, true)
+	}
+	args := []string{"release-finalizers", "--kcp-kubeconfig", env.kcp.StableKubeconfig,
+		"--apiexport", e.export.String(), "--edge", "edge"}
+	dry, err := exec.Command(env.bins.Broker, append(args, "--dry-run")...).CombinedOutput()
+	if err != nil || !strings.Contains(string(dry), "would release finalizer ferry.dev/edge on 3 objects") {
+		t.Fatalf("dry run: %v\n%s", err, dry)
+	}
+	for _, n := range names {
+		e.waitFinalizer(t, "default", n, true) // the dry run changed nothing
+	}
+	out, err := exec.Command(env.bins.Broker, args...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "released finalizer ferry.dev/edge on 3 objects") {
+		t.Fatalf("release-finalizers: %v\n%s", err, out)
+	}
+	for _, n := range names {
+		e.deleteRemoteAndWaitGone(t, "default", n)
+	}
+	if copies := e.localCopies(t, ""); len(copies) != len(names) {
+		t.Errorf("the service cluster was touched: %d local copies, want %d", len(copies), len(names))
+	}
+	// A wrong export is a clear error, not a silent no-op.
+	out, err = exec.Command(env.bins.Broker, "release-finalizers", "--kcp-kubeconfig", env.kcp.StableKubeconfig,
+		"--apiexport", "nonsense", "--edge", "edge").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--apiexport \"nonsense\": want WORKSPACE/NAME") {
+		t.Errorf("a malformed --apiexport: %v\n%s", err, out)
 	}
 }
