@@ -266,6 +266,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	m.mu.Unlock()
 	ref := res.related(id)
 	if !known || ref == nil || ref.Origin != ferryv1alpha1.OriginService {
+		m.refused.Add(1)
 		return fmt.Errorf("%w: PublishedResource %q has no related entry %q that originates on the service cluster", ErrRefused, pr, id)
 	}
 	if !running || !w.synced.Load() {
