@@ -202,7 +202,7 @@ func TestReleaseAllReleasesEveryObject(t *testing.T) {
 	b.SetUID("u-b")
 	b.SetFinalizers([]string{"other.example/keep", "ferry.dev/nora"})
 	m, _ := testManager(t, a, b)
-	m.vwURL = "https://kcp.invalid/vw"
+	m.vwURL, m.vwKnown = "https://kcp.invalid/vw", true
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{thingsGVR: "ThingList"}, a.DeepCopy(), b.DeepCopy())
 	m.clients["*"], m.clients["c"] = client, client
@@ -253,5 +253,20 @@ func TestRejectedIntentWaitsForAChange(t *testing.T) {
 	drain(t, m)
 	if again := intents.Next(); again.GetUpsert() == nil {
 		t.Fatalf("after a PublishedResource change: want the upsert again, got %v", again)
+	}
+}
+
+// TestReleaseAllWithoutBindings: a PublishedResource deleted while no
+// workspace binds the export has nothing to release (it used to wait for a
+// virtual workspace that never comes); before the broker knows whether
+// there is one, it retries.
+func TestReleaseAllWithoutBindings(t *testing.T) {
+	m, _ := testManager(t)
+	if _, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, false); err == nil {
+		t.Fatal("released before the virtual workspace was known")
+	}
+	m.SetVirtualWorkspace("")
+	if n, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, false); err != nil || n != 0 {
+		t.Fatalf("no bindings: released %d, %v; want 0, nil", n, err)
 	}
 }

@@ -107,6 +107,8 @@ type Manager struct {
 	mu      sync.Mutex
 	ctx     context.Context
 	vwURL   string
+	// vwKnown: the URL was observed at least once ("" included).
+	vwKnown bool
 	desired map[string]Resource
 	running map[string]*watcher
 	clients map[string]dynamic.Interface
@@ -204,6 +206,7 @@ func (m *Manager) Run(ctx context.Context, workers int) {
 func (m *Manager) SetVirtualWorkspace(url string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.vwKnown = true
 	if url == m.vwURL {
 		return
 	}
@@ -425,9 +428,17 @@ func (m *Manager) Remove(pr string) {
 func (m *Manager) ReleaseAll(ctx context.Context, pr string, gvr schema.GroupVersionResource, deleteRelated bool) (released int, err error) {
 	m.mu.Lock()
 	res, known := m.desired[pr]
+	vwKnown, vwURL := m.vwKnown, m.vwURL
 	m.mu.Unlock()
 	// No new finalizer from here on.
 	m.Remove(pr)
+	switch {
+	case !vwKnown:
+		return 0, errors.New("the APIExport's virtual workspace is not known yet")
+	case vwURL == "":
+		// No workspace binds the export: no object carries the finalizer.
+		return 0, nil
+	}
 	objs, err := ListFinalized(ctx, m.client, gvr, m.finalizer)
 	if err != nil {
 		return 0, err
