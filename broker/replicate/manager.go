@@ -104,9 +104,9 @@ type Manager struct {
 	// nacks spaces out retries of intents the edge could not apply.
 	nacks workqueue.TypedRateLimiter[item]
 
-	mu      sync.Mutex
-	ctx     context.Context
-	vwURL   string
+	mu    sync.Mutex
+	ctx   context.Context
+	vwURL string
 	// vwKnown: the URL was observed at least once ("" included).
 	vwKnown bool
 	desired map[string]Resource
