@@ -13,6 +13,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // clusterKey keys objects by logical cluster, namespace and name: objects
@@ -48,9 +50,11 @@ func reflectorBackoff() *wait.Backoff {
 // It is client-go's informer loop (a reflector into a DeltaFIFO, popped
 // into store) rather than cache.New, whose Config cannot set the
 // reflector's backoff (reflectorBackoff).
-func runInformer(ctx context.Context, lw cache.ListerWatcher, store cache.Indexer, onChange func(key string), onSynced func()) {
+func runInformer(ctx context.Context, lw *cache.ListWatch, store cache.Indexer, onChange func(key string), onSynced func()) {
 	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{KeyFunction: clusterKey, KnownObjects: store, EmitDeltaTypeReplaced: true})
-	r := cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, fifo, cache.ReflectorOptions{Backoff: reflectorBackoff()})
+	// List, then watch: see watching.WithoutWatchList for what the
+	// virtual workspace's streamed initial state lost.
+	r := cache.NewReflectorWithOptions(watching.WithoutWatchList(lw), &unstructured.Unstructured{}, fifo, cache.ReflectorOptions{Backoff: reflectorBackoff()})
 	process := func(obj any, _ bool) error {
 		deltas, ok := obj.(cache.Deltas)
 		if !ok {

@@ -44,3 +44,17 @@ func RunWorkers[T comparable](ctx context.Context, queue workqueue.TypedInterfac
 	}
 	wg.Wait()
 }
+
+// WithoutWatchList makes a reflector list, then watch, instead of streaming
+// the initial state as watch events (client-go's WatchListClient, on by
+// default since v0.35). kcp's APIExport virtual workspace (v0.28) answered
+// the streamed initial state of a /clusters/* watch without some
+// workspaces' existing objects: the broker's cache reported itself synced
+// while missing them, and such an object synced only when it next changed.
+func WithoutWatchList(lw *cache.ListWatch) cache.ListerWatcher { return noWatchList{lw} }
+
+type noWatchList struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector not to use
+// the watch-list protocol.
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
