@@ -195,6 +195,7 @@ func (w *publishWorker) release(ctx context.Context, u *ferryv1.Unpublish) (*fer
 		// Never published: nothing in kcp carries a finalizer of it.
 		w.mgr.Remove(name)
 		res.Message = "withdrawn; it was never served in kcp"
+		w.log.Info("PublishedResource withdrawn; it was never served in kcp", "publishedResource", name)
 		return res, nil
 	}
 	if gvr.GetGroup() != w.export.Name || gvr.GetVersion() == "" {
@@ -211,6 +212,8 @@ func (w *publishWorker) release(ctx context.Context, u *ferryv1.Unpublish) (*fer
 		return nil, err
 	}
 	res.Message = fmt.Sprintf("withdrawn; the broker released its finalizer on %d objects in kcp", n)
+	w.log.Info("PublishedResource withdrawn; its objects are released and its schema stays in the APIExport", "publishedResource", name,
+		"released", n, "deleteRelated", u.GetRelease() == ferryv1.ReleasePolicy_RELEASE_POLICY_DELETE)
 	return res, nil
 }
 

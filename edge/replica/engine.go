@@ -527,8 +527,11 @@ func (e *Engine) ready(in *ferryv1.SyncIntent) (bool, string) {
 	return false, why
 }
 
+// nack answers in with an error. It carries in's related_to: the broker
+// matches answers by key and related_to, and an answer it cannot match
+// leaves the intent in flight, never retried.
 func nack(in *ferryv1.SyncIntent, reason ferryv1.ApplyErrorReason, retryable bool, format string, args ...any) *ferryv1.IntentResult {
-	return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), Error: &ferryv1.ApplyError{
+	return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), RelatedTo: in.GetRelatedTo(), Error: &ferryv1.ApplyError{
 		Reason: reason, Message: fmt.Sprintf(format, args...), Retryable: retryable,
 	}}
 }

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"google.golang.org/protobuf/proto"
 	"strings"
 	"testing"
 
@@ -339,5 +340,30 @@ func TestRenamedAgentDeletesItsOldCopies(t *testing.T) {
 	got := reportsQueued(e)
 	if len(got) != 1 || got[0].GetDeletionConfirmation() == nil {
 		t.Fatalf("want a deletion confirmation after the delete, got %v", got)
+	}
+}
+
+// TestNotReadyRelatedIntentIsMatchable: a related intent answered "not
+// ready" before it reached applyRelated went back without related_to, so
+// the broker could not match the answer: the intent stayed in flight and
+// was never retried (a kcp-origin Secret never reached the service
+// cluster).
+func TestNotReadyRelatedIntentIsMatchable(t *testing.T) {
+	key, _ := remoteThing()
+	e, _, sink := testEngine(t, false)
+	rt := &ferryv1.RelatedTo{Primary: key, Identifier: "creds"}
+	e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "team", Name: "creds"}, PublishedResource: "pr",
+		RelatedTo: rt, Version: &ferryv1.ObjectVersion{Sequence: 3},
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
+	e.mu.Lock()
+	e.nsSynced = false // not ready
+	e.mu.Unlock()
+	runQueue(t, e)
+	if len(sink.msgs) != 1 {
+		t.Fatalf("want one answer, got %v", sink.msgs)
+	}
+	res := sink.msgs[0].GetIntentResult()
+	if res.GetError().GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY || !proto.Equal(res.GetRelatedTo(), rt) {
+		t.Fatalf("answer %v: want NOT_READY carrying related_to %v", res, rt)
 	}
 }

@@ -150,8 +150,9 @@ func TestSecondEdgeForSameExportIsRefusedUntilFirstLeaves(t *testing.T) {
 	idA, idB := devpki.IdentityFor("edge-a"), devpki.IdentityFor("edge-b")
 	broker := startBroker(t, pki, config.Config{
 		Edges: []config.Edge{
-			{Identity: idA, APIExport: export},
-			{Identity: idB, APIExport: export},
+			// Edges serving one export share a name (their finalizer).
+			{Identity: idA, Name: "standby-pair", APIExport: export},
+			{Identity: idB, Name: "standby-pair", APIExport: export},
 		},
 		Admins: []string{devpki.IdentityFor("admin")},
 	})

@@ -328,8 +328,8 @@ func TestRenamedAgentStrandsNothing(t *testing.T) {
 // release-finalizers removes it in every bound workspace, after which the
 // objects can be deleted. The service cluster is not touched.
 func TestUninstalledEdgeIsCleanedUpWithOneCommand(t *testing.T) {
-	e := newSyncEnv(t, "uninstall.example.com", "Kite", "kites", nil)
-	names := []string{"k1", "k2", "k3"}
+	e := newSyncEnv(t, "uninstall.example.com", "Glider", "gliders", nil)
+	names := []string{"g1", "g2", "g3"}
 	for _, n := range names {
 		e.syncedRemote(t, n)
 	}

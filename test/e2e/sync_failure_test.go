@@ -114,6 +114,14 @@ func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
 	if err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Policies stop biting asynchronously too.
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		_, err := e.local.Namespace("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, fmt.Sprintf("probe create: %v", err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.remote.Namespace("default").Patch(ctx, "bad", types.MergePatchType, []byte(`{"spec":{"color":"green"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
