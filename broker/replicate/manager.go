@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -29,24 +28,19 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/kcp-dev/logicalcluster/v3"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
-	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
-	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/refindex"
 	"github.com/ferry-dev/ferry/pkg/related"
@@ -418,86 +412,6 @@ func (m *Manager) Remove(pr string) {
 	m.reconcileRelatedLocked()
 }
 
-// ReleaseAll stops syncing pr and releases the broker's finalizer on every
-// object of gvr, so that kcp objects can be deleted without ferry: the
-// PublishedResource was deleted or its synchronization disabled. The objects
-// are listed live through the virtual workspace (after a restart the broker
-// may not watch gvr any more). With deleteRelated, the service-origin
-// related copies of those objects are deleted first (when pr's related
-// entries are known). It is idempotent: a failure is retried as a whole.
-func (m *Manager) ReleaseAll(ctx context.Context, pr string, gvr schema.GroupVersionResource, deleteRelated bool) (released int, err error) {
-	m.mu.Lock()
-	res, known := m.desired[pr]
-	vwKnown, vwURL := m.vwKnown, m.vwURL
-	m.mu.Unlock()
-	// No new finalizer from here on.
-	m.Remove(pr)
-	switch {
-	case !vwKnown:
-		return 0, errors.New("the APIExport's virtual workspace is not known yet")
-	case vwURL == "":
-		// No workspace binds the export: no object carries the finalizer.
-		return 0, nil
-	}
-	objs, err := ListFinalized(ctx, m.client, gvr, m.finalizer)
-	if err != nil {
-		return 0, err
-	}
-	if deleteRelated && known {
-		dyn, err := m.client("*")
-		if err != nil {
-			return 0, err
-		}
-		if err := m.deleteAllRelatedCopies(ctx, dyn, res, objs); err != nil {
-			return 0, err
-		}
-	}
-	for i := range objs {
-		o := &objs[i]
-		if err := RemoveFinalizer(ctx, m.client, gvr, o, m.finalizer); err != nil {
-			return released, fmt.Errorf("cannot release %s: %w", KeyString(objectKey(o, gvr)), err)
-		}
-		m.opts.Outbox.Forget(objectKey(o, gvr), nil)
-		released++
-	}
-	m.opts.Log.Info("released every object of a withdrawn PublishedResource", "publishedResource", pr, "resource", gvr.String(),
-		"released", released, "relatedCopiesDeleted", deleteRelated && known)
-	return released, nil
-}
-
-// deleteAllRelatedCopies deletes the service-origin related copies in kcp
-// of objs: one list per related kind (by ferry's labels), not one per object.
-func (m *Manager) deleteAllRelatedCopies(ctx context.Context, dyn dynamic.Interface, res Resource, objs []unstructured.Unstructured) error {
-	uids := make(map[string]bool, len(objs))
-	for i := range objs {
-		uids[string(objs[i].GetUID())] = true
-	}
-	for _, ref := range res.Related {
-		if ref.Origin != ferryv1alpha1.OriginService {
-			continue
-		}
-		list, err := dyn.Resource(ref.Resource).List(ctx, metav1.ListOptions{
-			LabelSelector: naming.LabelRelatedTo + "," + naming.LabelRelatedIdentifier + "=" + ref.Identifier,
-		})
-		if err != nil {
-			return fmt.Errorf("cannot list related %s in kcp: %w", ref.Resource, err)
-		}
-		for _, c := range list.Items {
-			if !uids[c.GetLabels()[naming.LabelRelatedTo]] {
-				continue
-			}
-			uid := c.GetUID()
-			err := dyn.Resource(ref.Resource).Namespace(c.GetNamespace()).Delete(ctx, c.GetName(), metav1.DeleteOptions{
-				Preconditions: &metav1.Preconditions{UID: &uid},
-			})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("cannot delete related %s %s/%s in kcp: %w", ref.Resource, c.GetNamespace(), c.GetName(), err)
-			}
-		}
-	}
-	return nil
-}
-
 func (m *Manager) stopLocked(pr string) {
 	if w, ok := m.running[pr]; ok {
 		w.cancel()
@@ -576,63 +490,6 @@ func (m *Manager) namespaceChanged(nsKey string) {
 			}
 		}
 	}
-}
-
-// scope is whether an object is one the PublishedResource syncs.
-type scope int
-
-const (
-	// inScope: the object passes spec.filter.
-	inScope scope = iota
-	// outOfScope: the object does not pass spec.filter (any more); a copy
-	// the edge holds is deleted and the finalizer released.
-	outOfScope
-	// scopeUnknown: its namespace is not in the cache yet; nothing is done
-	// until the namespace watch requeues the object.
-	scopeUnknown
-)
-
-// scopeOf evaluates res's filters on obj.
-func (m *Manager) scopeOf(res Resource, obj *unstructured.Unstructured) scope {
-	if res.Selector != nil && !res.Selector.Matches(labels.Set(obj.GetLabels())) {
-		return outOfScope
-	}
-	if res.NamespaceSelector == nil || obj.GetNamespace() == "" {
-		return inScope
-	}
-	m.mu.Lock()
-	store := m.namespaces
-	m.mu.Unlock()
-	if store == nil {
-		return scopeUnknown
-	}
-	raw, ok, err := store.GetByKey(logicalcluster.From(obj).String() + "|/" + obj.GetNamespace())
-	if err != nil || !ok {
-		return scopeUnknown
-	}
-	ns, ok := raw.(*unstructured.Unstructured)
-	if !ok || !res.NamespaceSelector.Matches(labels.Set(ns.GetLabels())) {
-		return outOfScope
-	}
-	return inScope
-}
-
-// holds tells whether the broker syncs obj for this edge: it carries the
-// edge's finalizer and has not left the filters. Reports about any other
-// object are refused: the edge cannot write into objects it was not sent.
-func (m *Manager) holds(res Resource, obj *unstructured.Unstructured) bool {
-	return slices.Contains(obj.GetFinalizers(), m.finalizer) && m.scopeOf(res, obj) != outOfScope
-}
-
-// wantsDelete tells whether the broker asks the edge to delete obj's copy:
-// it is being deleted in kcp or has left the filters, and still carries the
-// finalizer. This is also the only state in which a deletion confirmation
-// is accepted.
-func (m *Manager) wantsDelete(res Resource, obj *unstructured.Unstructured) bool {
-	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
-		return false
-	}
-	return obj.GetDeletionTimestamp() != nil || m.scopeOf(res, obj) == outOfScope
 }
 
 // clientLocked returns a dynamic client for cluster ("*" for all) through
@@ -849,201 +706,6 @@ func (m *Manager) addFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj 
 	}
 	return patchFinalizers(ctx, ri, obj, append(slices.Clone(obj.GetFinalizers()), m.finalizer))
 }
-
-// Release finishes a deletion the edge confirmed: the primary's
-// service-origin related copies in kcp are deleted, then its finalizer is
-// released. The confirmation is checked first against the broker's own view:
-// it is accepted only while the broker asks for the copy's deletion (the
-// object is being deleted in kcp or has left the filters); an object that is
-// gone or was replaced needs nothing.
-func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
-	if err := m.checkKey(pr, key); err != nil {
-		return err
-	}
-	obj, err := m.current(ctx, pr, key)
-	if err != nil {
-		return err
-	}
-	if obj != nil {
-		m.mu.Lock()
-		res := m.desired[pr]
-		m.mu.Unlock()
-		if !m.wantsDelete(res, obj) {
-			m.refused.Add(1)
-			return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
-		}
-	}
-	if err := m.deleteRelatedCopies(ctx, pr, key); err != nil {
-		return err
-	}
-	if err := m.releaseFinalizer(ctx, key, obj); err != nil {
-		return err
-	}
-	it := item{pr: pr, key: storeKey(key)}
-	m.mu.Lock()
-	delete(m.appliedHash, it)
-	delete(m.sentHash, it)
-	delete(m.rejected, it)
-	m.mu.Unlock()
-	m.opts.Outbox.Forget(key, nil)
-	return nil
-}
-
-// checkKey refuses a key that cannot name an object pr syncs: every part
-// must be set, and the resource must be pr's (the edge cannot make the
-// broker write into another resource of the export).
-func (m *Manager) checkKey(pr string, key *ferryv1.ObjectKey) error {
-	m.mu.Lock()
-	res, ok := m.desired[pr]
-	m.mu.Unlock()
-	r := key.GetResource()
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: PublishedResource %q is not synced", ErrRefused, pr)
-	case key.GetCluster() == "" || key.GetName() == "" || key.GetUid() == "":
-		m.refused.Add(1)
-		return fmt.Errorf("%w: the object key needs cluster, name and uid", ErrRefused)
-	case r.GetGroup() != res.GVR.Group || r.GetResource() != res.GVR.Resource:
-		m.refused.Add(1)
-		return fmt.Errorf("%w: %s is not the resource of PublishedResource %q (%s)", ErrRefused, KeyString(key), pr, res.GVR.GroupResource())
-	}
-	return nil
-}
-
-// ErrNotDeleting refuses a deletion confirmation for an object the broker
-// did not ask to delete.
-var ErrNotDeleting = errors.New("refused: the broker did not ask to delete this object's copy (it is not being deleted in kcp and is in the PublishedResource's scope)")
-
-// current returns the kcp object behind key: from the cache, or, when the
-// cache misses, from kcp (nil when gone or replaced by another object of
-// the same name). The cache can lag: after a broker restart the edge
-// re-sends its reports while the watches are still catching up, and a miss
-// must not be taken for a deletion.
-func (m *Manager) current(ctx context.Context, pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
-	obj, err := m.cached(pr, key)
-	if err != nil || obj != nil {
-		return obj, err
-	}
-	ri, err := m.resourceClient(key)
-	if err != nil {
-		return nil, err
-	}
-	live, err := ri.Get(ctx, key.GetName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("cannot read %s: %w", KeyString(key), err)
-	case string(live.GetUID()) != key.GetUid():
-		return nil, nil
-	}
-	live.SetManagedFields(nil)
-	return live, nil
-}
-
-// cached returns pr's cached kcp object behind key (nil when not cached or
-// replaced by another object of the same name).
-func (m *Manager) cached(pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
-	m.mu.Lock()
-	w, ok := m.running[pr]
-	m.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("PublishedResource %q is not synced", pr)
-	}
-	if !w.synced.Load() {
-		return nil, errNotListed
-	}
-	raw, exists, err := w.store.GetByKey(storeKey(key))
-	if err != nil || !exists {
-		return nil, err
-	}
-	obj := raw.(*unstructured.Unstructured)
-	if string(obj.GetUID()) != key.GetUid() {
-		return nil, nil
-	}
-	return obj, nil
-}
-
-// errNotListed is transient: the published resource's watch has not listed.
-var errNotListed = errors.New("the published resource is not listed yet")
-
-// releaseFinalizer removes the broker's finalizer from obj, the kcp object
-// behind key, once the edge confirmed its local copy is gone (the caller
-// checked that the broker asked for that). obj comes from the cache (no
-// extra read in kcp); the patch is guarded by its resourceVersion, so a
-// stale cache only costs a retry. A missing object or finalizer is fine
-// (already released).
-func (m *Manager) releaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj *unstructured.Unstructured) error {
-	if obj == nil {
-		return nil
-	}
-	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
-		return nil // already released
-	}
-	ri, err := m.resourceClient(key)
-	if err != nil {
-		return err
-	}
-	return patchFinalizers(ctx, ri, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == m.finalizer }))
-}
-
-// ErrNoStatus is returned by WriteStatus for resources without a status
-// subresource.
-var ErrNoStatus = errors.New("the resource has no status subresource; status is not synced back")
-
-// WriteStatus replaces the kcp object's status with status (JSON) unless
-// it already holds that status (compared with the cached object: no write,
-// no new resourceVersion). written tells whether it wrote.
-func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.ObjectKey, status []byte) (written bool, err error) {
-	m.mu.Lock()
-	res, ok := m.desired[pr]
-	m.mu.Unlock()
-	if !ok {
-		return false, fmt.Errorf("PublishedResource %q is not synced", pr)
-	}
-	if !res.HasStatus {
-		return false, ErrNoStatus
-	}
-	if err := m.checkKey(pr, key); err != nil {
-		return false, err
-	}
-	var value any
-	// Kubernetes' JSON decoding, as the informer's: whole numbers stay int64.
-	if err := utiljson.Unmarshal(status, &value); err != nil {
-		return false, fmt.Errorf("%w: status is not JSON: %v", ErrRefused, err)
-	}
-	obj, err := m.current(ctx, pr, key)
-	if err != nil {
-		return false, err
-	}
-	if obj == nil {
-		return false, fmt.Errorf("%w: %s is gone from kcp", ErrGone, KeyString(key))
-	}
-	if !m.holds(res, obj) {
-		m.refused.Add(1)
-		return false, fmt.Errorf("%w: %s is not synced for this edge (no finalizer, or outside the PublishedResource's filters)", ErrRefused, KeyString(key))
-	}
-	if current, found := obj.Object["status"]; found && reflect.DeepEqual(current, value) {
-		return false, nil
-	}
-	ri, err := m.resourceClient(key)
-	if err != nil {
-		return false, err
-	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": key.GetUid()},
-		{"op": "add", "path": "/status", "value": value},
-	})
-	if err != nil {
-		return false, err
-	}
-	_, err = ri.Patch(ctx, key.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
-	return err == nil, err
-}
-
-// ErrGone marks a report about an object that no longer exists in kcp
-// (final: retrying cannot help).
-var ErrGone = errors.New("gone")
 
 // Retry re-sends the object behind key after an apply failed, with an
 // exponential per-object delay (1 s doubling up to 5 min).
