@@ -111,6 +111,15 @@ const (
 // it is removed once the broker released the objects (see DeletionPolicy).
 const PublishedResourceFinalizer = "ferry.dev/release-objects"
 
+// EffectiveDeletionPolicy is spec.deletionPolicy with its default (Orphan)
+// applied; anything but Delete means Orphan.
+func (s *PublishedResourceSpec) EffectiveDeletionPolicy() DeletionPolicy {
+	if s.DeletionPolicy == DeletionPolicyDelete {
+		return DeletionPolicyDelete
+	}
+	return DeletionPolicyOrphan
+}
+
 // SyncDisabled tells whether the spec disables object synchronization.
 func (s *PublishedResourceSpec) SyncDisabled() bool {
 	return s.Synchronization != nil && s.Synchronization.Enabled != nil && !*s.Synchronization.Enabled

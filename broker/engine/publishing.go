@@ -129,12 +129,19 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			w.results(d.res)
 			return
 		}
-		res, err := w.refuseRelated(m.Publish)
+		// A spec that does not decode is the publisher's to refuse.
+		var spec ferryv1alpha1.PublishedResourceSpec
+		specErr := json.Unmarshal(m.Publish.GetSpec(), &spec)
+		var res *ferryv1.PublishResult
+		var err error
+		if specErr == nil {
+			res = w.refuseRelated(m.Publish, &spec)
+		}
 		if res == nil {
 			res, err = w.applier.Apply(ctx, w.export, w.owners, m.Publish)
 		}
-		if err == nil && res.GetState() == ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
-			err = w.published(ctx, m.Publish, res)
+		if err == nil && specErr == nil && res.GetState() == ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
+			err = w.published(ctx, m.Publish, &spec, res)
 		}
 		if err != nil {
 			w.log.Error(err, "publishing failed; retrying", "publishedResource", name)
@@ -168,8 +175,8 @@ func (w *publishWorker) requeue(name string, msg *ferryv1.ConnectRequest) {
 
 // published starts (or updates) syncing a published resource's objects, or
 // releases them when its synchronization is disabled.
-func (w *publishWorker) published(ctx context.Context, msg *ferryv1.Publish, res *ferryv1.PublishResult) error {
-	r, ok, err := syncedResource(msg, res)
+func (w *publishWorker) published(ctx context.Context, msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceSpec, res *ferryv1.PublishResult) error {
+	r, ok, err := syncedResource(msg, spec, res)
 	switch {
 	case err != nil:
 		w.log.Error(err, "cannot sync published resource", "publishedResource", msg.GetPublishedResource())
@@ -179,7 +186,7 @@ func (w *publishWorker) published(ctx context.Context, msg *ferryv1.Publish, res
 		gvr := res.GetServedResource()
 		_, err := w.mgr.ReleaseAll(ctx, msg.GetPublishedResource(),
 			schema.GroupVersionResource{Group: gvr.GetGroup(), Version: gvr.GetVersion(), Resource: gvr.GetResource()},
-			deletionPolicy(msg) == ferryv1alpha1.DeletionPolicyDelete)
+			spec.EffectiveDeletionPolicy() == ferryv1alpha1.DeletionPolicyDelete)
 		return err
 	}
 	return nil
@@ -217,29 +224,14 @@ func (w *publishWorker) release(ctx context.Context, u *ferryv1.Unpublish) (*fer
 	return res, nil
 }
 
-// deletionPolicy reads spec.deletionPolicy from a Publish (default Orphan).
-func deletionPolicy(msg *ferryv1.Publish) ferryv1alpha1.DeletionPolicy {
-	var spec struct {
-		DeletionPolicy ferryv1alpha1.DeletionPolicy `json:"deletionPolicy"`
-	}
-	if err := json.Unmarshal(msg.GetSpec(), &spec); err != nil || spec.DeletionPolicy == "" {
-		return ferryv1alpha1.DeletionPolicyOrphan
-	}
-	return spec.DeletionPolicy
-}
-
 // refuseRelated answers a Publish whose spec.related[] names a resource the
 // broker's configuration does not let this edge claim in kcp (nil when
 // every entry is allowed; an entry that does not compile is the
 // projection's to refuse). Refusals are counted.
-func (w *publishWorker) refuseRelated(msg *ferryv1.Publish) (*ferryv1.PublishResult, error) {
-	var spec ferryv1alpha1.PublishedResourceSpec
-	if err := json.Unmarshal(msg.GetSpec(), &spec); err != nil {
-		return nil, nil
-	}
+func (w *publishWorker) refuseRelated(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceSpec) *ferryv1.PublishResult {
 	refs, err := related.Compile(spec.Related)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	for _, ref := range refs {
 		if gr := ref.Resource.GroupResource(); !w.allowRelated(gr) {
@@ -251,8 +243,8 @@ func (w *publishWorker) refuseRelated(msg *ferryv1.Publish) (*ferryv1.PublishRes
 				State: ferryv1.PublishState_PUBLISH_STATE_FAILED, Reason: ferryv1alpha1.ReasonBrokerRefused,
 				Message: fmt.Sprintf("spec.related[%s]: the broker's configuration does not let this edge claim %s in kcp (ask the platform team to add it to the edge's relatedResources)",
 					ref.Identifier, gr.String()),
-			}, nil
+			}
 		}
 	}
-	return nil, nil
+	return nil
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -17,43 +16,36 @@ import (
 // kcp whatever an edge's related[] named. Now only what the edge's entry in
 // the broker's configuration allows (default secrets and configmaps).
 func TestRelatedClaimsFollowTheBrokersAllowList(t *testing.T) {
-	publishWith := func(kinds ...[2]string) *ferryv1.Publish {
-		var spec ferryv1alpha1.PublishedResourceSpec
+	publishWith := func(kinds ...[2]string) *ferryv1alpha1.PublishedResourceSpec {
+		spec := &ferryv1alpha1.PublishedResourceSpec{}
 		for i, k := range kinds {
 			spec.Related = append(spec.Related, ferryv1alpha1.RelatedResourceSpec{
 				Identifier: "r" + string(rune('a'+i)), Origin: ferryv1alpha1.OriginService, Group: k[0], Kind: k[1],
 				Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.name"}},
 			})
 		}
-		data, err := json.Marshal(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &ferryv1.Publish{PublishedResource: "pr", Spec: data}
+		return spec
 	}
 	cases := []struct {
 		name    string
 		allowed []string
-		msg     *ferryv1.Publish
+		spec    *ferryv1alpha1.PublishedResourceSpec
 		refused string // part of the message; "" = not refused
 	}{
-		{name: "secrets by default", msg: publishWith([2]string{"", "Secret"}, [2]string{"", "ConfigMap"})},
-		{name: "a ClusterRoleBinding", msg: publishWith([2]string{"rbac.authorization.k8s.io", "ClusterRoleBinding"}),
+		{name: "secrets by default", spec: publishWith([2]string{"", "Secret"}, [2]string{"", "ConfigMap"})},
+		{name: "a ClusterRoleBinding", spec: publishWith([2]string{"rbac.authorization.k8s.io", "ClusterRoleBinding"}),
 			refused: "clusterrolebindings.rbac.authorization.k8s.io"},
-		{name: "a kind not in the default list", msg: publishWith([2]string{"", "Secret"}, [2]string{"example.com", "Widget"}),
+		{name: "a kind not in the default list", spec: publishWith([2]string{"", "Secret"}, [2]string{"example.com", "Widget"}),
 			refused: "spec.related[rb]: the broker's configuration does not let this edge claim widgets.example.com"},
-		{name: "a kind the entry allows", allowed: []string{"widgets.example.com"}, msg: publishWith([2]string{"example.com", "Widget"})},
-		{name: "secrets not in an explicit list", allowed: []string{"widgets.example.com"}, msg: publishWith([2]string{"", "Secret"}), refused: "secrets"},
+		{name: "a kind the entry allows", allowed: []string{"widgets.example.com"}, spec: publishWith([2]string{"example.com", "Widget"})},
+		{name: "secrets not in an explicit list", allowed: []string{"widgets.example.com"}, spec: publishWith([2]string{"", "Secret"}), refused: "secrets"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			mgr := replicate.NewManager(replicate.Options{EdgeName: "edge", Log: logr.Discard()})
 			w := newPublishWorker(nil, config.APIExportRef{Workspace: "root:org", Name: "example.com"}, func(*ferryv1.PublishResult) {}, logr.Discard(), mgr)
 			w.allowRelated = config.Edge{RelatedResources: tc.allowed}.AllowsRelated
-			res, err := w.refuseRelated(tc.msg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := w.refuseRelated(&ferryv1.Publish{PublishedResource: "pr"}, tc.spec)
 			switch {
 			case tc.refused == "" && res != nil:
 				t.Fatalf("refused: %v", res)

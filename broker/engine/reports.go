@@ -25,14 +25,11 @@ import (
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
-// syncedResource derives what to sync from a successful publish; ok is false
-// when the PublishedResource disables synchronization.
-func syncedResource(msg *ferryv1.Publish, res *ferryv1.PublishResult) (r replicate.Resource, ok bool, err error) {
-	var spec ferryv1alpha1.PublishedResourceSpec
-	if err := json.Unmarshal(msg.GetSpec(), &spec); err != nil {
-		return r, false, err
-	}
-	if s := spec.Synchronization; s != nil && s.Enabled != nil && !*s.Enabled {
+// syncedResource derives what to sync from a successful publish (spec is
+// msg's, decoded); ok is false when the PublishedResource disables
+// synchronization.
+func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceSpec, res *ferryv1.PublishResult) (r replicate.Resource, ok bool, err error) {
+	if spec.SyncDisabled() {
 		return r, false, nil
 	}
 	var crd apiextensionsv1.CustomResourceDefinition

@@ -217,7 +217,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// The broker releases the objects in kcp when it takes this
 		// Publish; the local copies follow spec.deletionPolicy.
 		r.Sync.RemovePublished(pr.Name)
-		if policy(&pr) == ferryv1alpha1.DeletionPolicyDelete {
+		if pr.Spec.EffectiveDeletionPolicy() == ferryv1alpha1.DeletionPolicyDelete {
 			remaining, err := r.Sync.DeleteCopies(ctx, localResource(crd), relatedRefs)
 			if err != nil {
 				return reconcile.Result{}, err
@@ -256,14 +256,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // for finalizers of the service's own controllers, which this controller
 // does not watch.
 const releasePoll = 2 * time.Second
-
-// policy is the PublishedResource's deletion policy (default Orphan).
-func policy(pr *ferryv1alpha1.PublishedResource) ferryv1alpha1.DeletionPolicy {
-	if pr.Spec.DeletionPolicy == ferryv1alpha1.DeletionPolicyDelete {
-		return ferryv1alpha1.DeletionPolicyDelete
-	}
-	return ferryv1alpha1.DeletionPolicyOrphan
-}
 
 // localResource is a served version of crd's resource (any one lists and
 // deletes the same objects).
@@ -304,7 +296,7 @@ func (r *Reconciler) finalize(ctx context.Context, pr *ferryv1alpha1.PublishedRe
 		return reconcile.Result{}, nil
 	}
 	r.Sync.RemovePublished(pr.Name) // no repairs of copies from here on
-	pol := policy(pr)
+	pol := pr.Spec.EffectiveDeletionPolicy()
 	if pol == ferryv1alpha1.DeletionPolicyDelete {
 		crd, err := r.findCRD(ctx, pr.Spec.Resource)
 		if err != nil {
