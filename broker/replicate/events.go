@@ -35,8 +35,8 @@ func eventName(key *ferryv1.ObjectKey, reason string) string {
 // Why not client-go's tools/events recorder: the broker writes into many
 // workspaces, each through its own virtual-workspace client, and the
 // recorder binds one sink per broadcaster and aggregates in memory (lost on
-// a restart). A deterministic name aggregates across restarts with at most
-// two requests per repeat.
+// a restart). A deterministic name aggregates across restarts: one request
+// for the first Event, three (create, get, update) for each repeat.
 func (m *Manager) recordEvent(ctx context.Context, pr string, key *ferryv1.ObjectKey, eventType, reason, message string) error {
 	m.mu.Lock()
 	w, ok := m.running[pr]

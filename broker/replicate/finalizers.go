@@ -45,16 +45,20 @@ func ListFinalized(ctx context.Context, clients ClientFor, gvr schema.GroupVersi
 	}
 }
 
-// RemoveFinalizer removes finalizer from obj (an object of gvr in the
-// workspace its kcp.io/cluster annotation names), guarded by its uid and
+// RemoveFinalizer removes finalizer from obj (an object of gvr in logical
+// cluster cluster; "" takes it from obj's kcp.io/cluster annotation, as
+// objects listed through /clusters/* carry it), guarded by its uid and
 // resourceVersion so a concurrent change is never overwritten (a conflict
 // is returned and the caller retries with a fresh object). A missing object
 // is fine.
-func RemoveFinalizer(ctx context.Context, clients ClientFor, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) error {
+func RemoveFinalizer(ctx context.Context, clients ClientFor, cluster string, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) error {
 	if !slices.Contains(obj.GetFinalizers(), finalizer) {
 		return nil
 	}
-	c, err := clients(logicalcluster.From(obj).String())
+	if cluster == "" {
+		cluster = logicalcluster.From(obj).String()
+	}
+	c, err := clients(cluster)
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func (m *Manager) ReleaseAll(ctx context.Context, pr string, gvr schema.GroupVer
 	}
 	for i := range objs {
 		o := &objs[i]
-		if err := RemoveFinalizer(ctx, m.client, gvr, o, m.finalizer); err != nil {
+		if err := RemoveFinalizer(ctx, m.client, "", gvr, o, m.finalizer); err != nil {
 			return released, fmt.Errorf("cannot release %s: %w", KeyString(objectKey(o, gvr)), err)
 		}
 		m.opts.Outbox.Forget(objectKey(o, gvr), nil)
@@ -234,12 +234,6 @@ func (m *Manager) releaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey, 
 	if obj == nil {
 		return nil
 	}
-	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
-		return nil // already released
-	}
-	ri, err := m.resourceClient(key)
-	if err != nil {
-		return err
-	}
-	return patchFinalizers(ctx, ri, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == m.finalizer }))
+	r := key.GetResource()
+	return RemoveFinalizer(ctx, m.client, key.GetCluster(), schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}, obj, m.finalizer)
 }

@@ -7,7 +7,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -134,10 +133,7 @@ func (e *Engine) confirmLocked(in *ferryv1.SyncIntent) {
 
 // localGone confirms a deletion the broker asked for.
 func (e *Engine) localGone(w *localWatch, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	u, ok := obj.(*unstructured.Unstructured)
+	u, ok := informerObject(obj)
 	if !ok {
 		return
 	}

@@ -53,6 +53,16 @@ func indexByRelatedOwner(obj any) ([]string, error) {
 	return []string{l[naming.LabelRelatedTo] + "|" + l[naming.LabelRelatedIdentifier]}, nil
 }
 
+// informerObject is an informer event's object, unwrapped from a
+// tombstone.
+func informerObject(obj any) (*unstructured.Unstructured, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	return u, ok
+}
+
 // dropManagedFields keeps the informer caches small: managedFields are
 // never read.
 func dropManagedFields(obj any) (any, error) {
@@ -87,10 +97,7 @@ func (p *Published) related(identifier string) *Related {
 // relatedChanged re-reports every reference pointing at a changed local
 // object.
 func (e *Engine) relatedChanged(rw *relatedWatch, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	u, ok := obj.(*unstructured.Unstructured)
+	u, ok := informerObject(obj)
 	if !ok {
 		return
 	}

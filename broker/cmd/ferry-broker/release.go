@@ -135,7 +135,7 @@ func releaseFinalizers(ctx context.Context, kcpCfg *rest.Config, export config.A
 			o := &objs[i]
 			where := fmt.Sprintf("%s %s|%s", gvr.GroupResource(), logicalcluster.From(o), nsName(o.GetNamespace(), o.GetName()))
 			if !dryRun {
-				if err := replicate.RemoveFinalizer(ctx, clients, gvr, o, finalizer); err != nil {
+				if err := replicate.RemoveFinalizer(ctx, clients, "", gvr, o, finalizer); err != nil {
 					return released, fmt.Errorf("cannot release %s: %w", where, err)
 				}
 			}
