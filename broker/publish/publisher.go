@@ -87,7 +87,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	}
 
 	path := logicalcluster.NewPath(export.Workspace)
-	if msg, err := p.checkRelatedScope(ctx, path, spec.Related); err != nil || msg != "" {
+	if msg, err := relatedScopeProblem(spec.Related, p.client.Cluster(path).Discovery().ServerResourcesForGroupVersion); err != nil || msg != "" {
 		if err != nil {
 			return nil, err
 		}
@@ -221,11 +221,12 @@ func relatedClaims(related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.P
 	return out
 }
 
-// checkRelatedScope refuses (a message) related kinds that kcp serves
-// cluster-scoped or not at all: the broker claims and writes related
-// objects only inside a namespace of a consumer's workspace, whatever the
-// edge checked on its side. An error is worth retrying.
-func (p *Publisher) checkRelatedScope(ctx context.Context, path logicalcluster.Path, specs []ferryv1alpha1.RelatedResourceSpec) (string, error) {
+// relatedScopeProblem refuses (a message) related kinds that kcp serves
+// cluster-scoped or not at all, as its discovery (resourcesFor) tells: the
+// broker claims and writes related objects only inside a namespace of a
+// consumer's workspace, whatever the edge checked on its side. An error is
+// worth retrying.
+func relatedScopeProblem(specs []ferryv1alpha1.RelatedResourceSpec, resourcesFor func(groupVersion string) (*metav1.APIResourceList, error)) (string, error) {
 	for _, r := range specs {
 		version := r.Version
 		if version == "" {
@@ -233,7 +234,7 @@ func (p *Publisher) checkRelatedScope(ctx context.Context, path logicalcluster.P
 		}
 		gv := schema.GroupVersion{Group: r.Group, Version: version}
 		plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(r.Kind))
-		list, err := p.client.Cluster(path).Discovery().ServerResourcesForGroupVersion(gv.String())
+		list, err := resourcesFor(gv.String())
 		if apierrors.IsNotFound(err) {
 			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil
 		}

@@ -1,9 +1,14 @@
 package publish
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 )
@@ -103,5 +108,54 @@ func TestForget(t *testing.T) {
 	Forget(owners, "pr-a")
 	if _, ok := owners["certs"]; ok || owners["issuers"] != "pr-b" {
 		t.Errorf("owners after Forget: %v", owners)
+	}
+}
+
+// TestRelatedScopeProblem: the broker refuses related kinds kcp serves
+// cluster-scoped or not at all, whatever the edge checked.
+func TestRelatedScopeProblem(t *testing.T) {
+	discovery := map[string]*metav1.APIResourceList{
+		"v1": {GroupVersion: "v1", APIResources: []metav1.APIResource{
+			{Name: "secrets", Namespaced: true}, {Name: "namespaces", Namespaced: false},
+		}},
+		"rbac.authorization.k8s.io/v1": {GroupVersion: "rbac.authorization.k8s.io/v1", APIResources: []metav1.APIResource{
+			{Name: "clusterrolebindings", Namespaced: false},
+		}},
+	}
+	resourcesFor := func(gv string) (*metav1.APIResourceList, error) {
+		if gv == "broken/v1" {
+			return nil, errors.New("connection refused")
+		}
+		if l, ok := discovery[gv]; ok {
+			return l, nil
+		}
+		return nil, apierrors.NewNotFound(schema.GroupResource{}, gv)
+	}
+	entry := func(group, kind string) ferryv1alpha1.RelatedResourceSpec {
+		return ferryv1alpha1.RelatedResourceSpec{Identifier: "x", Group: group, Kind: kind}
+	}
+	cases := []struct {
+		name    string
+		entry   ferryv1alpha1.RelatedResourceSpec
+		problem string
+		err     bool
+	}{
+		{name: "namespaced", entry: entry("", "Secret")},
+		{name: "cluster-scoped core kind", entry: entry("", "Namespace"), problem: "namespaces is cluster-scoped in kcp"},
+		{name: "cluster-scoped group kind", entry: entry("rbac.authorization.k8s.io", "ClusterRoleBinding"), problem: "clusterrolebindings.rbac.authorization.k8s.io is cluster-scoped"},
+		{name: "kind not in its group", entry: entry("", "Widget"), problem: "kcp does not serve widgets"},
+		{name: "group not served", entry: entry("example.com", "Widget"), problem: "kcp does not serve widgets.example.com"},
+		{name: "discovery failing is retried", entry: entry("broken", "Widget"), err: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := relatedScopeProblem([]ferryv1alpha1.RelatedResourceSpec{tc.entry}, resourcesFor)
+			if (err != nil) != tc.err {
+				t.Fatalf("err = %v, want error %v", err, tc.err)
+			}
+			if (tc.problem == "") != (got == "") || !strings.Contains(got, tc.problem) {
+				t.Fatalf("problem %q, want one containing %q", got, tc.problem)
+			}
+		})
 	}
 }

@@ -14,6 +14,9 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 var thingsGVR = schema.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"}
@@ -268,5 +271,57 @@ func TestReleaseAllWithoutBindings(t *testing.T) {
 	m.SetVirtualWorkspace("")
 	if n, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, false); err != nil || n != 0 {
 		t.Fatalf("no bindings: released %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestReleaseAllWithDeletePolicyDeletesRelatedCopies: deletionPolicy
+// Delete also deletes the service-origin related copies the broker wrote
+// into kcp for the released objects, and only those (one list per kind).
+func TestReleaseAllWithDeletePolicyDeletesRelatedCopies(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
+		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := thing("1", map[string]any{"secretName": "a-tls"}, nil)
+	secret := func(name, owner string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret"}}
+		u.SetNamespace("ns")
+		u.SetName(name)
+		u.SetLabels(map[string]string{naming.LabelRelatedTo: owner, naming.LabelRelatedIdentifier: "tls"})
+		return u
+	}
+	for _, deleteRelated := range []bool{false, true} {
+		m, _ := testManager(t, a)
+		res := m.desired["pr"]
+		res.Related = refs
+		m.desired["pr"] = res
+		m.vwURL, m.vwKnown = "https://kcp.invalid/vw", true
+		secrets := refs[0].Resource
+		client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{thingsGVR: "ThingList", secrets: "SecretList"},
+			a.DeepCopy(), secret("a-tls", "u-a"), secret("other-tls", "u-other"))
+		m.clients["*"], m.clients["c"] = client, client
+		if _, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, deleteRelated); err != nil {
+			t.Fatal(err)
+		}
+		list, err := client.Resource(secrets).Namespace("ns").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, s := range list.Items {
+			left = append(left, s.GetName())
+		}
+		slices.Sort(left)
+		want := []string{"a-tls", "other-tls"}
+		if deleteRelated {
+			want = []string{"other-tls"}
+		}
+		if !slices.Equal(left, want) {
+			t.Errorf("delete related %v: copies left %v, want %v", deleteRelated, left, want)
+		}
 	}
 }
