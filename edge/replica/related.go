@@ -76,15 +76,6 @@ func gvrKey(gvr schema.GroupVersionResource, ns, name string) string {
 	return gvr.String() + "|" + ns + "/" + name
 }
 
-func (p *Published) usesRelated(gvr schema.GroupVersionResource) bool {
-	for _, r := range p.Related {
-		if r.Local == gvr {
-			return true
-		}
-	}
-	return false
-}
-
 func (p *Published) related(identifier string) *Related {
 	for i := range p.Related {
 		if p.Related[i].Identifier == identifier {
