@@ -194,6 +194,10 @@ func (e *Engine) NextIntent() (*ferryv1.ConnectResponse, bool) {
 	if in == nil {
 		return nil, false
 	}
+	if log := e.opts.Log.V(4); log.Enabled() {
+		log.Info("sending intent", "object", replicate.KeyString(in.GetKey()), "operation", operationName(in),
+			"sequence", in.GetVersion().GetSequence(), "resourceVersion", in.GetVersion().GetResourceVersion())
+	}
 	return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}, true
 }
 

@@ -80,6 +80,10 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 // intentResult takes the edge's ack or nack.
 func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	in := e.intents.Done(r.GetKey(), r.GetRelatedTo(), r.GetVersion())
+	if log := e.opts.Log.V(4); log.Enabled() {
+		log.Info("intent answered", "object", replicate.KeyString(r.GetKey()), "sequence", r.GetVersion().GetSequence(),
+			"stale", in == nil, "error", r.GetError().GetMessage())
+	}
 	if in == nil {
 		return // stale: answered already, or another stream's
 	}
@@ -147,4 +151,16 @@ func ExportStatus(ref config.APIExportRef, logicalCluster, vwURL string) *ferryv
 
 func tooLargeMessage(size, limit int) string {
 	return fmt.Sprintf("the message is %d bytes, more than the peer accepts (%d); raise --max-message-bytes or make the object smaller", size, limit)
+}
+
+// operationName names an intent's operation in logs.
+func operationName(in *ferryv1.SyncIntent) string {
+	switch {
+	case in.GetDelete() != nil:
+		return "delete"
+	case in.GetRelatedTo() != nil:
+		return "related"
+	default:
+		return "upsert"
+	}
 }

@@ -194,6 +194,9 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	delete(m.appliedHash, it)
 	delete(m.sentHash, it)
 	delete(m.rejected, it)
+	if c, ok := m.copies[it]; ok && c.GetUid() == key.GetUid() {
+		delete(m.copies, it) // not a newer object's of the same name
+	}
 	m.mu.Unlock()
 	m.opts.Outbox.Forget(key, nil)
 	return nil

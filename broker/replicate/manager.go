@@ -125,6 +125,14 @@ type Manager struct {
 	// unchanged state is not queued twice.
 	appliedHash map[item]string
 	sentHash    map[item]string
+	// copies holds, per primary object, the key (with UID) of the kcp
+	// object whose copy the edge may hold: an upsert was queued for it, or
+	// the edge's inventory lists it. An object that leaves kcp without a
+	// confirmed deletion still gets a delete intent from it: kcp can delete
+	// an object whose finalizer was added concurrently with the delete
+	// (kubernetes/kubernetes#77988), and a copy of an object deleted while
+	// the broker was down is only known from the inventory.
+	copies map[item]*ferryv1.ObjectKey
 	// paths caches workspace paths by logical cluster (they never change).
 	paths map[string]string
 	// namespaces holds the consumer workspaces' namespaces while any
@@ -173,6 +181,7 @@ func NewManager(o Options) *Manager {
 		inventory:   map[string]map[string]string{},
 		appliedHash: map[item]string{},
 		sentHash:    map[item]string{},
+		copies:      map[item]*ferryv1.ObjectKey{},
 		inventoried: map[string]bool{},
 		paths:       map[string]string{},
 		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
@@ -344,12 +353,23 @@ func (m *Manager) Objects() int {
 	return n
 }
 
-// openLocked opens pr's gate and re-evaluates all its objects.
+// openLocked opens pr's gate and re-evaluates all its objects, and the
+// copies the edge may hold of objects that are gone.
 func (m *Manager) openLocked(pr string) {
 	m.open[pr] = true
 	if w, ok := m.running[pr]; ok {
 		for _, k := range w.store.ListKeys() {
 			m.queue.Add(item{pr: pr, key: k})
+		}
+	}
+	m.queueCopiesLocked(pr)
+}
+
+// queueCopiesLocked queues the objects of pr whose copies the edge may hold.
+func (m *Manager) queueCopiesLocked(pr string) {
+	for it := range m.copies {
+		if it.pr == pr {
+			m.queue.Add(it)
 		}
 	}
 }
@@ -371,6 +391,9 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 		// The UID is part of the key: a copy of an older object by the
 		// same name does not count as applied.
 		entries[storeKey(e.GetKey())+"|"+e.GetKey().GetUid()] = e.GetAppliedHash()
+		// Every copy the edge holds, whether its object is still in kcp or
+		// not: one that is gone gets a delete intent (see gone).
+		m.copies[item{pr: pr, key: storeKey(e.GetKey())}] = e.GetKey()
 	}
 	if !inv.GetComplete() {
 		return
@@ -408,6 +431,11 @@ func (m *Manager) Remove(pr string) {
 			delete(m.appliedHash, it)
 		}
 	}
+	for it := range m.copies {
+		if it.pr == pr {
+			delete(m.copies, it)
+		}
+	}
 	m.stopLocked(pr)
 	m.reconcileRelatedLocked()
 }
@@ -442,6 +470,10 @@ func (m *Manager) reconcileLocked() {
 		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() {
 			w.synced.Store(true)
 			m.opts.Log.Info("published resource listed", "publishedResource", pr, "objects", len(w.store.ListKeys()))
+			// Objects that went while nobody watched are known gone now.
+			m.mu.Lock()
+			m.queueCopiesLocked(pr)
+			m.mu.Unlock()
 		})
 	}
 	m.reconcileNamespacesLocked()
@@ -545,15 +577,21 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		return nil
 	}
 	raw, exists, err := w.store.GetByKey(it.key)
-	if err != nil || !exists {
-		return err // gone from kcp: nothing left to do
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	open := m.open[it.pr]
+	m.mu.Unlock()
+	if !exists {
+		if open && w.synced.Load() {
+			m.gone(it)
+		}
+		return nil
 	}
 	obj := raw.(*unstructured.Unstructured)
 	key := objectKey(obj, w.res.GVR)
 	hasFinalizer := slices.Contains(obj.GetFinalizers(), m.finalizer)
-	m.mu.Lock()
-	open := m.open[it.pr]
-	m.mu.Unlock()
 	if !open && hasFinalizer {
 		// Held until the edge's inventory is complete (openLocked requeues):
 		// the edge cannot act on this resource before it watches its copies.
@@ -602,10 +640,32 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		return nil
 	}
 	if m.markSent(it, upsert.ContentHash) {
+		m.mu.Lock()
+		m.copies[it] = key
+		m.mu.Unlock()
 		m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: upsert}))
 	}
 	m.queueServiceRelated(it.pr, it.key)
 	return nil
+}
+
+// gone handles an object that left kcp (or is not there after the broker's
+// list) while the edge may still hold a copy: without a confirmed deletion
+// the copy would be left behind, so the edge is asked to delete it. The
+// finalizer normally prevents this; it happens when kcp deletes an object
+// whose finalizer was added concurrently with the delete, or when the
+// object was deleted while the broker was down. The edge's confirmation
+// releases nothing (Release finds no object).
+func (m *Manager) gone(it item) {
+	m.mu.Lock()
+	key, ok := m.copies[it]
+	m.mu.Unlock()
+	if !ok || !m.markSent(it, "delete") {
+		return
+	}
+	m.opts.Log.V(1).Info("object gone from kcp without a confirmed deletion; deleting its copy", "object", KeyString(key))
+	m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: it.pr, Version: &ferryv1.ObjectVersion{},
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
 }
 
 // markSent records that state (a content hash or "delete") is queued for

@@ -222,3 +222,70 @@ func TestWriteStatusChecksKCPOnACacheMiss(t *testing.T) {
 		})
 	}
 }
+
+// TestObjectGoneWithoutConfirmedDeletion: an object that leaves kcp while
+// the edge may hold its copy gets a delete intent, even though the edge
+// never confirmed a deletion. kcp can delete an object whose finalizer was
+// added concurrently with the delete (kubernetes/kubernetes#77988); before,
+// such a copy was left behind for good.
+func TestObjectGoneWithoutConfirmedDeletion(t *testing.T) {
+	key := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"},
+		Namespace: "ns", Name: "a", Uid: "u-a"}
+	it := item{pr: "pr", key: "c|ns/a"}
+	cases := []struct {
+		name string
+		// before runs with the object in the cache; the object is then
+		// removed from the cache (a watch delete) and processed.
+		before     func(t *testing.T, m *Manager, intents *Intents)
+		wantDelete bool
+	}{
+		{"upsert sent, the object vanished (finalizer lost in kcp)", func(t *testing.T, m *Manager, intents *Intents) {
+			m.queue.Add(it)
+			drain(t, m)
+			in := intents.Next()
+			if in.GetUpsert() == nil {
+				t.Fatalf("want an upsert first, got %v", in)
+			}
+			intents.Done(in.GetKey(), nil, in.GetVersion())
+		}, true},
+		{"the edge's inventory lists a copy of an object deleted while the broker was away", func(t *testing.T, m *Manager, intents *Intents) {
+			m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
+				Entries: []*ferryv1.InventoryEntry{{Key: key, AppliedHash: "h"}}})
+		}, true},
+		{"deletion confirmed and released", func(t *testing.T, m *Manager, intents *Intents) {
+			m.queue.Add(it)
+			drain(t, m)
+			in := intents.Next()
+			intents.Done(in.GetKey(), nil, in.GetVersion())
+			m.mu.Lock()
+			m.sentHash[it] = "delete"
+			m.mu.Unlock()
+			m.running["pr"].store.Delete(thing("10", nil, nil)) //nolint:errcheck // test store
+			if err := m.Release(context.Background(), "pr", key); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"never sent (no finalizer yet)", func(t *testing.T, m *Manager, intents *Intents) {}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := thing("10", map[string]any{"size": int64(1)}, nil)
+			m, intents := testManager(t, obj)
+			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{{Group: "g", Version: "v1", Resource: "things"}: "ThingList"})
+			m.clients["c"], m.clients["*"] = client, client
+			m.vwURL = "https://kcp.invalid/vw"
+			tc.before(t, m, intents)
+			_ = m.running["pr"].store.Delete(obj)
+			m.queue.Add(it)
+			drain(t, m)
+			in := intents.Next()
+			if got := in.GetDelete() != nil; got != tc.wantDelete {
+				t.Fatalf("delete intent = %v, want %v (next intent %v)", got, tc.wantDelete, in)
+			}
+			if tc.wantDelete && in.GetKey().GetUid() != "u-a" {
+				t.Errorf("delete intent for %v, want uid u-a", in.GetKey())
+			}
+		})
+	}
+}

@@ -125,6 +125,7 @@ func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pu
 
 func (e *Engine) confirmLocked(in *ferryv1.SyncIntent) {
 	k := protocol.ObjectKeyString(in.GetKey())
+	e.opts.Log.V(4).Info("confirming a deletion", "object", k, "sequence", in.GetVersion().GetSequence())
 	delete(e.applied, k)
 	e.report("deleted|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
 		Key: in.GetKey(), Version: in.GetVersion(),
@@ -142,6 +143,7 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 		return
 	}
 	k := protocol.ObjectKeyString(remoteKey(w.pub, remote))
+	e.opts.Log.V(4).Info("local copy gone", "object", k, "local", nsName(u.GetNamespace(), u.GetName()))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.statusSum, k)

@@ -391,6 +391,10 @@ func (e *Engine) next(ctx context.Context) bool {
 	} else {
 		res = e.apply(ctx, in)
 	}
+	if log := e.opts.Log.V(4); log.Enabled() {
+		log.Info("intent handled", "object", k, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
+			"local", nsName(res.GetLocalNamespace(), res.GetLocalName()), "error", res.GetError().GetMessage())
+	}
 	e.result(res)
 	return true
 }
