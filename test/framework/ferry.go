@@ -202,5 +202,8 @@ func StartEdge(bins Binaries, o EdgeOptions) (*Process, error) {
 		"--agent-name", o.Name,
 		"--kubeconfig", o.Kubeconfig,
 	}, o.ExtraArgs...)
-	return StartProcess(o.Name, bins.Edge, args, nil, o.LogDir)
+	// As the Deployment in deploy/ does (POD_NAME from the downward API):
+	// the leader election identity is the instance's name, so an edge
+	// started again under its name takes its Lease back at once.
+	return StartProcess(o.Name, bins.Edge, args, []string{"POD_NAME=" + o.Name}, o.LogDir)
 }

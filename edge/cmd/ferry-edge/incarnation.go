@@ -95,11 +95,18 @@ type edgeProcess struct {
 // leaderIdentity is the identity this process holds the Lease under, fixed
 // for the life of the process. client-go's elector treats a Lease whose
 // holder is its own identity as a renewal, even from a new elector: a new
-// incarnation takes the Lease back at once instead of waiting out the lease
-// duration its predecessor left behind. controller-runtime's default lock
-// would draw a new random identity for every manager. The random part keeps
-// two replicas with the same host name (or a restarted pod) apart.
-func leaderIdentity() (string, error) {
+// incarnation, or a new process of the same replica (a container restarted
+// in its pod keeps the pod name), takes the Lease back at once instead of
+// waiting out the lease duration its predecessor left behind.
+// controller-runtime's default lock would draw a new random identity for
+// every manager. Without a configured identity the host name gets a random
+// suffix: two replicas with the same host name (host network, or two
+// processes on one machine) must never share an identity, since both would
+// lead.
+func leaderIdentity(configured string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
 	host, err := os.Hostname()
 	if err != nil {
 		return "", fmt.Errorf("cannot read the host name for the leader election identity: %w", err)

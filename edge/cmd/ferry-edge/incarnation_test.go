@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -275,5 +277,21 @@ func TestAwaitAPIServer(t *testing.T) {
 	defer stop()
 	if err := awaitAPIServer(stopCtx, c.Discovery().RESTClient(), logr.Discard()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("awaitAPIServer against a closed server returned %v, want the context's error", err)
+	}
+}
+
+// TestLeaderIdentity: a configured identity (the pod name) is used as is, so
+// a restarted replica takes its Lease back; without one every process gets
+// an identity of its own.
+func TestLeaderIdentity(t *testing.T) {
+	got, err := leaderIdentity("ferry-edge-7d9c5-x2x4q")
+	if err != nil || got != "ferry-edge-7d9c5-x2x4q" {
+		t.Errorf("configured identity: got %q, %v", got, err)
+	}
+	a, errA := leaderIdentity("")
+	b, errB := leaderIdentity("")
+	host, _ := os.Hostname()
+	if errA != nil || errB != nil || a == b || !strings.HasPrefix(a, host+"_") {
+		t.Errorf("without a configured identity: got %q and %q (%v, %v); want two different %s_<random>", a, b, errA, errB, host)
 	}
 }

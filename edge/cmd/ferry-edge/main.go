@@ -45,6 +45,11 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if opts.PprofAddress != "" {
+		if _, err := cli.ServeProfiles(ctx, opts.PprofAddress, log); err != nil {
+			return err
+		}
+	}
 
 	if opts.InstallCRDs {
 		installCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -66,7 +71,7 @@ func run(args []string) error {
 	}
 	p := &edgeProcess{cfg: completed, scheme: scheme, log: log}
 	if opts.LeaderElect {
-		if p.identity, err = leaderIdentity(); err != nil {
+		if p.identity, err = leaderIdentity(opts.LeaderIdentity); err != nil {
 			return err
 		}
 		if p.leaderClient, err = kubernetes.NewForConfig(leaderConfig(completed.Service, opts.RenewDeadline)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -35,11 +36,13 @@ type Options struct {
 	LeaderElect             bool
 	LeaderNamespace         string
 	LeaseDuration           time.Duration
+	LeaderIdentity          string
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
 	ClientQPS               float32
 	ClientBurst             int
 	Zap                     zap.Options
+	PprofAddress            string
 }
 
 // NewOptions returns the defaults.
@@ -55,6 +58,9 @@ func NewOptions() *Options {
 		LeaseDuration:     15 * time.Second,
 		RenewDeadline:     10 * time.Second,
 		RetryPeriod:       2 * time.Second,
+		// The pod name (from the downward API, see deploy/): stable across
+		// container restarts, unique among the replicas of a Deployment.
+		LeaderIdentity: os.Getenv("POD_NAME"),
 	}
 }
 
@@ -78,11 +84,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among edge replicas (a Lease in the service cluster); only the leader connects to the broker and syncs.")
 	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", o.LeaderNamespace, "Namespace of the leader election Lease (must exist).")
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "How long a replica waits before taking over an expired lease.")
+	fs.StringVar(&o.LeaderIdentity, "leader-election-identity", o.LeaderIdentity, "Identity this replica holds the Lease under (default $POD_NAME). It must be unique among the replicas and stable across restarts of one replica: a restarted replica with the same identity takes its Lease back at once instead of waiting out the lease duration. Empty: the host name and a random suffix, new on every start.")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "How long the leader keeps trying to renew before it gives up leadership.")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "How often replicas try to acquire or renew the lease.")
 	fs.Float32Var(&o.ClientQPS, "client-qps", 50, "Requests per second to the Kubernetes API (kcp for the broker, the service cluster for the edge).")
 	fs.IntVar(&o.ClientBurst, "client-burst", 100, "Burst of requests to the Kubernetes API.")
 	cli.AddLogFlags(fs, &o.Zap)
+	cli.AddProfilingFlag(fs, &o.PprofAddress)
 }
 
 // Validate reports every problem with the options at once.
