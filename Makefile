@@ -61,9 +61,10 @@ build: ## Build ferry-broker and ferry-edge into bin/.
 	go build -o bin/ferry-edge ./edge/cmd/ferry-edge
 
 .PHONY: build-race
-build-race: ## Build both binaries with the race detector (used by the e2e tests).
+build-race: ## Build both binaries (and the bench's direct copy) with the race detector (used by the e2e tests).
 	go build -race -o bin/ferry-broker ./broker/cmd/ferry-broker
 	go build -race -o bin/ferry-edge ./edge/cmd/ferry-edge
+	go build -race -o bin/ferry-directcopy ./test/cmd/directcopy
 
 .PHONY: generate
 generate: $(GEN_TOOLS) ## Regenerate committed code (protobuf, deepcopy, CRD manifests).
@@ -103,8 +104,21 @@ fuzz: ## Fuzz the edge's intent handling and the broker's report handling (FUZZT
 	go test -run '^$$' -fuzz '^FuzzIntent$$' -fuzztime $(FUZZTIME) ./edge/replica
 	go test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) ./broker/replicate
 
+BENCH_WORKSPACES ?= 10
+BENCH_OBJECTS    ?= 100
+BENCH_OUT        ?= $(CURDIR)/_bench
+
 .PHONY: bench
-bench: ## Benchmarks.
+bench: tools ## Real-server benchmark: BENCH_WORKSPACES x BENCH_OBJECTS through the direct copy and through ferry (table, JSON, SVG in BENCH_OUT).
+	go build -o bin/bench/ferry-broker ./broker/cmd/ferry-broker
+	go build -o bin/bench/ferry-edge ./edge/cmd/ferry-edge
+	go build -o bin/bench/ferry-directcopy ./test/cmd/directcopy
+	FERRY_BIN_DIR=$(CURDIR)/bin/bench FERRY_ARTIFACTS=$(CURDIR)/_artifacts FERRY_BENCH_OUT=$(BENCH_OUT) \
+	FERRY_BENCH_WORKSPACES=$(BENCH_WORKSPACES) FERRY_BENCH_OBJECTS=$(BENCH_OBJECTS) \
+		go test -run '^$$' -bench '^BenchmarkSync$$' -benchtime 1x -timeout 90m -v ./test/e2e/
+
+.PHONY: bench-unit
+bench-unit: ## Micro-benchmarks of pure code (no servers).
 	go test -run '^$$' -bench . -benchmem $$(go list ./... | grep -v /test/)
 
 ##@ Demo

@@ -10,6 +10,9 @@ import (
 // Binaries are the executables the framework runs.
 type Binaries struct {
 	KCP, KubeAPIServer, Etcd, Broker, Edge, Grpcurl string
+	// DirectCopy is the bench's baseline (test/cmd/directcopy); only the
+	// bench needs it.
+	DirectCopy string
 }
 
 // BinariesFromEnv reads the binary locations the Makefile exports and checks
@@ -25,6 +28,7 @@ func BinariesFromEnv() (Binaries, error) {
 	if binDir != "" {
 		b.Broker = filepath.Join(binDir, "ferry-broker")
 		b.Edge = filepath.Join(binDir, "ferry-edge")
+		b.DirectCopy = filepath.Join(binDir, "ferry-directcopy")
 	}
 	for name, path := range map[string]string{
 		"FERRY_KCP_BIN": b.KCP, "FERRY_KUBE_APISERVER_BIN": b.KubeAPIServer, "FERRY_ETCD_BIN": b.Etcd,

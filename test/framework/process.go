@@ -60,6 +60,9 @@ func StartProcess(name, bin string, args []string, env []string, logDir string) 
 	return p, nil
 }
 
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Exited is closed when the process has exited.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 

@@ -1,0 +1,60 @@
+package benchreport
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// Usage is a process's peak resident memory so far and its CPU time (user
+// and system), read from /proc.
+type Usage struct {
+	PeakRSSBytes int64
+	CPUSeconds   float64
+}
+
+// ReadUsage reads the usage of the running process pid.
+func ReadUsage(pid int) (Usage, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Usage{}, err
+	}
+	var u Usage
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return Usage{}, fmt.Errorf("VmHWM of %d: %w", pid, err)
+			}
+			u.PeakRSSBytes = kb << 10
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Usage{}, err
+	}
+	// The command name (field 2) may hold spaces: count from its ')'.
+	i := strings.LastIndexByte(string(stat), ')')
+	fields := strings.Fields(string(stat)[i+1:])
+	if len(fields) < 13 {
+		return Usage{}, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return Usage{}, fmt.Errorf("/proc/%d/stat: cannot parse CPU times", pid)
+	}
+	u.CPUSeconds = float64(utime+stime) / clockTicks
+	return u, nil
+}
+
+// Add folds another incarnation's usage in: CPU adds up, the peak is the
+// larger one.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{PeakRSSBytes: max(u.PeakRSSBytes, o.PeakRSSBytes), CPUSeconds: u.CPUSeconds + o.CPUSeconds}
+}

@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/kcp-dev/logicalcluster/v3"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/publish"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/test/benchreport"
+	"github.com/ferry-dev/ferry/test/framework"
+)
+
+// The two systems the bench compares, set up on the suite's servers.
+
+const (
+	benchKind   = "Parcel"
+	benchPlural = "parcels"
+	// directLabel marks (and names the workspace of) the direct copy's
+	// local copies; test/cmd/directcopy sets it.
+	directLabel = "directcopy.ferry.dev/cluster"
+)
+
+// benchGroup is a CRD group unique to the test and side.
+func benchGroup(tb testing.TB, side string) string {
+	label := sanitize(tb.Name())
+	if len(label) > 40 {
+		label = label[:40]
+	}
+	return side + "-" + strings.Trim(label, "-") + ".bench.ferry.dev"
+}
+
+// benchWorkspaces binds the export exportName in n new consumer workspaces
+// and returns a client (not rate limited) for the served resource in each.
+func benchWorkspaces(tb testing.TB, prefix, exportName string, served schema.GroupVersionResource, n int) []benchWorkspace {
+	tb.Helper()
+	ctx := context.Background()
+	kcp, err := framework.KCPClient(env.kcp.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []benchWorkspace
+	for i := range n {
+		name := fmt.Sprintf("%s%d-%s", prefix, i, sanitize(tb.Name()))
+		if len(name) > 63 {
+			name = strings.TrimRight(name[:63], "-")
+		}
+		path, err := framework.CreateWorkspace(ctx, env.kcp.Config, "root", name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := framework.BindAPIExport(ctx, env.kcp.Config, path, env.provider, exportName); err != nil {
+			tb.Fatal(err)
+		}
+		lc, err := kcp.Cluster(path).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg := noRateLimit(env.kcp.Config)
+		base, _, _ := strings.Cut(cfg.Host, "/clusters/")
+		cfg.Host = base + "/clusters/" + path.String()
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, benchWorkspace{cluster: logicalcluster.From(lc).String(), remote: dyn.Resource(served).Namespace("default")})
+	}
+	// A binding takes a moment to serve the resource.
+	for _, ws := range out {
+		err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+			if _, err := ws.remote.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+				return false, err.Error()
+			}
+			return true, ""
+		})
+		if err != nil {
+			tb.Fatalf("workspace %s does not serve %s: %v", ws.cluster, served, err)
+		}
+	}
+	return out
+}
+
+// localResource is a client (not rate limited) for a resource of the
+// service cluster.
+func localResource(tb testing.TB, gvr schema.GroupVersionResource) dynamic.NamespaceableResourceInterface {
+	tb.Helper()
+	dyn, err := dynamic.NewForConfig(noRateLimit(env.service.Config))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dyn.Resource(gvr)
+}
+
+// newDirectSide publishes a CRD into an APIExport of its own with ferry's
+// publisher (so both sides serve the same schema), binds it in n
+// workspaces and starts the direct copy.
+func newDirectSide(tb testing.TB, n int) *benchSide {
+	tb.Helper()
+	ctx := context.Background()
+	if env.bins.DirectCopy == "" {
+		tb.Fatal("the direct copy binary is not built (make bench builds it)")
+	}
+	if _, err := os.Stat(env.bins.DirectCopy); err != nil {
+		tb.Fatalf("the direct copy binary: %v (make bench builds it)", err)
+	}
+	group := benchGroup(tb, "direct")
+	crd := testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")
+	apply(tb, crd)
+	localGVR := schema.GroupVersionResource{Group: group, Version: "v1", Resource: benchPlural}
+	local := localResource(tb, localGVR)
+	err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		if _, err := local.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	if err != nil {
+		tb.Fatalf("CRD %s is not served: %v", crd.Name, err)
+	}
+
+	// The APIExport is named like the group the consumers see.
+	if err := framework.CreateAPIExport(ctx, env.kcp.Config, env.provider, group); err != nil {
+		tb.Fatal(err)
+	}
+	kcp, err := framework.KCPClient(env.kcp.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	spec, err := json.Marshal(ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: benchKind, Version: "v1"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	crdJSON, err := json.Marshal(crd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res, err := publish.NewPublisher(kcp, logr.Discard()).Apply(ctx, config.APIExportRef{Workspace: env.provider.String(), Name: group},
+		publish.Owners{}, &ferryv1.Publish{PublishedResource: benchPlural, Spec: spec, CustomResourceDefinition: crdJSON})
+	if err != nil || res.GetState() != ferryv1.PublishState_PUBLISH_STATE_PUBLISHED {
+		tb.Fatalf("publishing the direct copy's CRD: %v %v", res, err)
+	}
+	sr := res.GetServedResource()
+	served := schema.GroupVersionResource{Group: sr.GetGroup(), Version: sr.GetVersion(), Resource: sr.GetResource()}
+	s := &benchSide{
+		system: benchreport.Direct, remoteGVR: served, remoteKind: res.GetProjectedKind(),
+		workspaces: benchWorkspaces(tb, "bd", group, served, n),
+		local:      local, localSelector: directLabel,
+		localKey: func(u *unstructured.Unstructured) string { return benchKey(u.GetLabels()[directLabel], u.GetName()) },
+		usage:    map[string]benchreport.Usage{},
+	}
+
+	p, err := framework.StartProcess("directcopy", env.bins.DirectCopy, []string{
+		"--kcp-kubeconfig", env.kcp.Kubeconfig,
+		"--apiexport", env.provider.String() + "/" + group,
+		"--resource", served.Group + "/" + served.Version + "/" + served.Resource,
+		"--kubeconfig", env.service.Kubeconfig,
+		"--local-resource", group + "/v1/" + benchPlural,
+		"--local-kind", benchKind,
+	}, nil, testDir(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { stopChecked(tb, p) })
+	waitLog(tb, p, time.Minute, directCopyReady)
+	s.processes = func() []*framework.Process { return []*framework.Process{p} }
+	return s
+}
+
+// directCopyReady is what the direct copy logs once its caches synced.
+const directCopyReady = "caches synced"
+
+// newFerrySide publishes a CRD through a broker and an edge and binds it in
+// n workspaces.
+func newFerrySide(tb testing.TB, n int) (*benchSide, *syncEnv) {
+	tb.Helper()
+	group := benchGroup(tb, "ferry")
+	e := newSyncEnvs(tb, "bf", publication{crd: testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")})[0]
+	s := &benchSide{
+		system: benchreport.Ferry, remoteGVR: e.remoteGVR, remoteKind: e.remoteKind,
+		workspaces: benchWorkspaces(tb, "bf", e.export.Name, e.remoteGVR, n),
+		local:      localResource(tb, e.localGVR), localSelector: naming.LabelRemoteCluster,
+		localKey: func(u *unstructured.Unstructured) string {
+			return benchKey(u.GetLabels()[naming.LabelRemoteCluster], u.GetAnnotations()[naming.AnnotationName])
+		},
+		processes: func() []*framework.Process { return []*framework.Process{e.broker.Process, e.edge} },
+		usage:     map[string]benchreport.Usage{},
+	}
+	return s, e
+}
+
+// restartEdge kills the edge (kill -9) and starts it again: the time until
+// its inventory is compared and nothing is left to send, and how many
+// objects were written on either side (want none).
+func (s *benchSide) restartEdge(tb testing.TB, e *syncEnv) benchreport.Phase {
+	tb.Helper()
+	before := s.versions(tb)
+	inventories := logCount(tb, e.broker.Process, "edge inventory complete")
+	s.sampleUsage(tb, e.edge)
+	e.edge.Kill()
+	start := time.Now()
+	e.edge = e.startEdge(tb)
+	s.waitResynced(tb, e, inventories)
+	return s.restartPhase(tb, "edge-restart", time.Since(start), before)
+}
+
+// restartBroker kills the broker (kill -9) and starts it again: it lists
+// kcp, the edge reconnects and sends its inventory.
+func (s *benchSide) restartBroker(tb testing.TB, e *syncEnv) benchreport.Phase {
+	tb.Helper()
+	before := s.versions(tb)
+	inventories := logCount(tb, e.broker.Process, "edge inventory complete")
+	s.sampleUsage(tb, e.broker.Process)
+	start := time.Now()
+	if err := e.broker.Restart(context.Background(), true); err != nil {
+		tb.Fatal(err)
+	}
+	s.waitResynced(tb, e, inventories)
+	return s.restartPhase(tb, "broker-restart", time.Since(start), before)
+}
+
+func (s *benchSide) restartPhase(tb testing.TB, name string, wall time.Duration, before map[string]string) benchreport.Phase {
+	tb.Helper()
+	writes := len(changed(before, s.versions(tb)))
+	p := benchreport.Phase{Name: name, Objects: len(before) / 2, WallSeconds: wall.Seconds(), Writes: writes}
+	tb.Logf("%s %s: resynced in %.2fs, %d objects written", s.system, name, p.WallSeconds, writes)
+	return p
+}
+
+// waitResynced waits until the broker logged one more complete inventory
+// than inventories and its outbox is empty.
+func (s *benchSide) waitResynced(tb testing.TB, e *syncEnv, inventories int) {
+	tb.Helper()
+	err := framework.Eventually(context.Background(), 5*time.Minute, 20*time.Millisecond, func(context.Context) (bool, string) {
+		if n := logCount(tb, e.broker.Process, "edge inventory complete"); n <= inventories {
+			return false, "waiting for the edge's inventory"
+		}
+		st := e.engineStatus(tb)
+		return st.GetOutboxPending() == 0 && st.GetOutboxInFlight() == 0,
+			fmt.Sprintf("%d intents pending, %d in flight", st.GetOutboxPending(), st.GetOutboxInFlight())
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// logCount counts the lines of p's log that contain substr.
+func logCount(tb testing.TB, p *framework.Process, substr string) int {
+	tb.Helper()
+	data, err := os.ReadFile(p.LogFile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.Count(string(data), substr)
+}

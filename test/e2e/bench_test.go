@@ -1,0 +1,484 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/ferry-dev/ferry/test/benchreport"
+	"github.com/ferry-dev/ferry/test/framework"
+)
+
+// The bench: the same workload through the direct-copy baseline and through
+// ferry, on the suite's kcp and service cluster, phase by phase. Each side
+// has its own APIExport, CRD and consumer workspaces; both are measured the
+// same way, from the harness's writes to the changes its watches see.
+
+// benchSize is W workspaces × N objects each.
+type benchSize struct{ workspaces, objects int }
+
+// benchSizeFromEnv reads FERRY_BENCH_WORKSPACES and FERRY_BENCH_OBJECTS
+// (make bench sets them), defaulting to 10 × 100.
+func benchSizeFromEnv(tb testing.TB) benchSize {
+	tb.Helper()
+	s := benchSize{workspaces: 10, objects: 100}
+	for name, v := range map[string]*int{"FERRY_BENCH_WORKSPACES": &s.workspaces, "FERRY_BENCH_OBJECTS": &s.objects} {
+		if raw := os.Getenv(name); raw != "" {
+			n, err := strconv.Atoi(raw)
+			if err != nil || n < 1 {
+				tb.Fatalf("%s=%q: want a positive number", name, raw)
+			}
+			*v = n
+		}
+	}
+	return s
+}
+
+// benchWorkspace is one consumer workspace of a side.
+type benchWorkspace struct {
+	cluster string
+	remote  dynamic.ResourceInterface // namespace default, in the workspace
+}
+
+// benchSide is one system under test as the harness sees it.
+type benchSide struct {
+	system     string
+	remoteGVR  schema.GroupVersionResource
+	remoteKind string
+	workspaces []benchWorkspace
+	local      dynamic.NamespaceableResourceInterface
+	// localSelector selects the side's local copies; localKey names a copy
+	// like the harness names objects (cluster/name).
+	localSelector string
+	localKey      func(u *unstructured.Unstructured) string
+	// processes returns the side's running programs.
+	processes func() []*framework.Process
+	// usage holds the usage of incarnations that were killed.
+	usage map[string]benchreport.Usage
+}
+
+func benchKey(cluster, name string) string { return cluster + "/" + name }
+
+// noRateLimit returns cfg without client-side rate limiting: the harness
+// must not be what limits either side.
+func noRateLimit(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	return cfg
+}
+
+// objectNames are the names of n objects in each workspace.
+func objectNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("obj-%05d", i)
+	}
+	return out
+}
+
+// forEach runs do for every (workspace, name) from 16 goroutines.
+func (s *benchSide) forEach(names []string, do func(ws benchWorkspace, name string)) {
+	type job struct {
+		ws   benchWorkspace
+		name string
+	}
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for j := range jobs {
+				do(j.ws, j.name)
+			}
+		})
+	}
+	// Interleave workspaces, as independent tenants would write.
+	for _, name := range names {
+		for _, ws := range s.workspaces {
+			jobs <- job{ws, name}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+}
+
+// observer records, per object key, when each of its watches saw the
+// phase's condition; an object is done once all did.
+type observer struct {
+	mu      sync.Mutex
+	started map[string]time.Time
+	seen    map[string]int // bitmask of watches
+	done    map[string]time.Time
+	all     int
+}
+
+func newObserver(watches int) *observer {
+	return &observer{started: map[string]time.Time{}, seen: map[string]int{}, done: map[string]time.Time{}, all: 1<<watches - 1}
+}
+
+func (o *observer) start(key string, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.started[key] = at
+}
+
+func (o *observer) saw(watch int, key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.done[key]; ok {
+		return
+	}
+	o.seen[key] |= 1 << watch
+	if o.seen[key] == o.all {
+		o.done[key] = time.Now()
+	}
+}
+
+func (o *observer) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.done)
+}
+
+// latencies are done - started of every object done.
+func (o *observer) latencies() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []time.Duration
+	for k, t1 := range o.done {
+		if t0, ok := o.started[k]; ok {
+			out = append(out, max(t1.Sub(t0), 0))
+		}
+	}
+	return out
+}
+
+// watchFrom lists ri (so that only changes from now on count), then
+// watches it until ctx ends, calling on with every event; a watch the
+// server closes is resumed from the last version seen.
+func watchFrom(ctx context.Context, tb testing.TB, ri dynamic.ResourceInterface, selector string, on func(watch.EventType, *unstructured.Unstructured)) {
+	tb.Helper()
+	list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rv := list.GetResourceVersion()
+	go func() {
+		for ctx.Err() == nil {
+			w, err := ri.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, AllowWatchBookmarks: true})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				u, ok := ev.Object.(*unstructured.Unstructured)
+				if !ok {
+					continue // an error event: re-watch from rv
+				}
+				rv = u.GetResourceVersion()
+				if ev.Type != watch.Bookmark {
+					on(ev.Type, u)
+				}
+			}
+			w.Stop()
+		}
+	}()
+}
+
+// phaseSpec is what one phase writes and what its watches wait for.
+type phaseSpec struct {
+	name string
+	// write does one object's write (the clock starts just before it).
+	write func(ctx context.Context, ws benchWorkspace, name string) error
+	// local and remote tell, per event, whether the object is done on that
+	// side; nil for a side the phase does not wait on.
+	local, remote func(watch.EventType, *unstructured.Unstructured) bool
+}
+
+// run runs one phase over every object and measures it.
+func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.Phase {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watches := 0
+	localWatch, remoteWatch := -1, -1
+	if p.local != nil {
+		localWatch, watches = watches, watches+1
+	}
+	if p.remote != nil {
+		remoteWatch, watches = watches, watches+1
+	}
+	obs := newObserver(watches)
+	if p.local != nil {
+		watchFrom(ctx, tb, s.local, s.localSelector, func(t watch.EventType, u *unstructured.Unstructured) {
+			if p.local(t, u) {
+				obs.saw(localWatch, s.localKey(u))
+			}
+		})
+	}
+	if p.remote != nil {
+		for _, ws := range s.workspaces {
+			watchFrom(ctx, tb, ws.remote, "", func(t watch.EventType, u *unstructured.Unstructured) {
+				if p.remote(t, u) {
+					obs.saw(remoteWatch, benchKey(ws.cluster, u.GetName()))
+				}
+			})
+		}
+	}
+	total := len(names) * len(s.workspaces)
+	start := time.Now()
+	s.forEach(names, func(ws benchWorkspace, name string) {
+		obs.start(benchKey(ws.cluster, name), time.Now())
+		if err := p.write(ctx, ws, name); err != nil {
+			tb.Errorf("%s %s: %s %s: %v", s.system, p.name, ws.cluster, name, err)
+		}
+	})
+	err := framework.Eventually(ctx, 15*time.Minute, 20*time.Millisecond, func(context.Context) (bool, string) {
+		n := obs.count()
+		return n == total, fmt.Sprintf("%d of %d objects done", n, total)
+	})
+	if err != nil {
+		tb.Fatalf("%s, phase %s: %v", s.system, p.name, err)
+	}
+	phase := benchreport.NewPhase(p.name, total, time.Since(start), obs.latencies())
+	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs)", s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99)
+	return phase
+}
+
+// phases runs create, update, status and (after between) delete, the
+// workload both sides get.
+func (s *benchSide) phases(tb testing.TB, objects int, between func() []benchreport.Phase) []benchreport.Phase {
+	tb.Helper()
+	names := objectNames(objects)
+	var out []benchreport.Phase
+	out = append(out, s.run(tb, names, phaseSpec{
+		name: "create",
+		write: func(ctx context.Context, ws benchWorkspace, name string) error {
+			_, err := ws.remote.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": s.remoteGVR.GroupVersion().String(), "kind": s.remoteKind,
+				"metadata": map[string]any{"name": name, "namespace": "default"},
+				"spec":     map[string]any{"fieldV1": "v1"},
+			}}, metav1.CreateOptions{})
+			return err
+		},
+		local: func(t watch.EventType, _ *unstructured.Unstructured) bool { return t != watch.Deleted },
+	}))
+	out = append(out, s.run(tb, names, phaseSpec{
+		name: "update",
+		write: func(ctx context.Context, ws benchWorkspace, name string) error {
+			_, err := ws.remote.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"fieldV1":"v2"}}`), metav1.PatchOptions{})
+			return err
+		},
+		local: func(t watch.EventType, u *unstructured.Unstructured) bool {
+			v, _ := specField(u, "fieldV1")
+			return t != watch.Deleted && v == "v2"
+		},
+	}))
+	locals := s.localNames(tb)
+	out = append(out, s.run(tb, names, phaseSpec{
+		name: "status",
+		write: func(ctx context.Context, ws benchWorkspace, name string) error {
+			nn, ok := locals[benchKey(ws.cluster, name)]
+			if !ok {
+				return fmt.Errorf("no local copy")
+			}
+			_, err := s.local.Namespace(nn[0]).Patch(ctx, nn[1], types.MergePatchType, []byte(`{"status":{"phase":"ready"}}`),
+				metav1.PatchOptions{}, "status")
+			return err
+		},
+		remote: func(t watch.EventType, u *unstructured.Unstructured) bool {
+			p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+			return t != watch.Deleted && p == "ready"
+		},
+	}))
+	if between != nil {
+		out = append(out, between()...)
+	}
+	out = append(out, s.run(tb, names, phaseSpec{
+		name: "delete",
+		write: func(ctx context.Context, ws benchWorkspace, name string) error {
+			err := ws.remote.Delete(ctx, name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		},
+		local:  func(t watch.EventType, _ *unstructured.Unstructured) bool { return t == watch.Deleted },
+		remote: func(t watch.EventType, _ *unstructured.Unstructured) bool { return t == watch.Deleted },
+	}))
+	return out
+}
+
+// localNames maps object keys to their local copies' namespace and name.
+func (s *benchSide) localNames(tb testing.TB) map[string][2]string {
+	tb.Helper()
+	list, err := s.local.List(context.Background(), metav1.ListOptions{LabelSelector: s.localSelector})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string][2]string{}
+	for _, u := range list.Items {
+		out[s.localKey(&u)] = [2]string{u.GetNamespace(), u.GetName()}
+	}
+	return out
+}
+
+// versions maps every object key, local copies and kcp objects apart, to
+// its resourceVersion: what a restart must not move.
+func (s *benchSide) versions(tb testing.TB) map[string]string {
+	tb.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	list, err := s.local.List(ctx, metav1.ListOptions{LabelSelector: s.localSelector})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, u := range list.Items {
+		out["local:"+s.localKey(&u)] = u.GetResourceVersion()
+	}
+	for _, ws := range s.workspaces {
+		list, err := ws.remote.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, u := range list.Items {
+			out["kcp:"+benchKey(ws.cluster, u.GetName())] = u.GetResourceVersion()
+		}
+	}
+	return out
+}
+
+// sampleUsage reads the usage of p (before it is killed, or at the end).
+func (s *benchSide) sampleUsage(tb testing.TB, p *framework.Process) {
+	tb.Helper()
+	u, err := benchreport.ReadUsage(p.Pid())
+	if err != nil {
+		tb.Fatalf("usage of %s: %v", p.Name, err)
+	}
+	s.usage[p.Name] = s.usage[p.Name].Add(u)
+}
+
+// processUsage is the side's programs' usage over the whole run.
+func (s *benchSide) processUsage(tb testing.TB) []benchreport.Process {
+	tb.Helper()
+	for _, p := range s.processes() {
+		s.sampleUsage(tb, p)
+	}
+	var out []benchreport.Process
+	for name, u := range s.usage {
+		out = append(out, benchreport.Process{Name: name, PeakRSSBytes: u.PeakRSSBytes, CPUSeconds: u.CPUSeconds})
+	}
+	return out
+}
+
+// runBench measures both sides with size and writes the report (table,
+// JSON, SVG) to out.
+func runBench(tb testing.TB, size benchSize, out string) benchreport.Report {
+	tb.Helper()
+	report := benchreport.Report{Date: time.Now().UTC(), Machine: machine(), Workspaces: size.workspaces, PerWS: size.objects}
+
+	direct := newDirectSide(tb, size.workspaces)
+	run := benchreport.Run{System: benchreport.Direct, Phases: direct.phases(tb, size.objects, nil)}
+	run.Processes = direct.processUsage(tb)
+	report.Runs = append(report.Runs, run)
+
+	ferry, fe := newFerrySide(tb, size.workspaces)
+	run = benchreport.Run{System: benchreport.Ferry}
+	run.Phases = ferry.phases(tb, size.objects, func() []benchreport.Phase {
+		return []benchreport.Phase{ferry.restartEdge(tb, fe), ferry.restartBroker(tb, fe)}
+	})
+	run.Processes = ferry.processUsage(tb)
+	report.Runs = append(report.Runs, run)
+
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	var table strings.Builder
+	if err := report.Table(&table); err != nil {
+		tb.Fatal(err)
+	}
+	fmt.Print(table.String())
+	if err := os.WriteFile(filepath.Join(out, "bench.txt"), []byte(table.String()), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := report.WriteJSON(filepath.Join(out, "bench.json")); err != nil {
+		tb.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(out, "bench.svg"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := report.SVG(f); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("bench results in %s (bench.txt, bench.json, bench.svg)", out)
+	return report
+}
+
+// machine describes the machine for the report: CPU model and count.
+func machine() string {
+	model := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores, %s", runtime.NumCPU(), model)
+}
+
+// BenchmarkSync is `make bench`: W workspaces × N objects (FERRY_BENCH_*)
+// through the direct copy and through ferry; results in FERRY_BENCH_OUT.
+func BenchmarkSync(b *testing.B) {
+	out := os.Getenv("FERRY_BENCH_OUT")
+	if out == "" {
+		out = testDir(b)
+	}
+	for range b.N {
+		runBench(b, benchSizeFromEnv(b), out)
+	}
+}
+
+// TestBenchHarnessSmoke runs the bench at 2 × 5: the harness works, both
+// sides complete every phase, restarts write nothing, and the report is
+// written. Figures at this size mean nothing.
+func TestBenchHarnessSmoke(t *testing.T) {
+	out := filepath.Join(testDir(t), "bench")
+	report := runBench(t, benchSize{workspaces: 2, objects: 5}, out)
+	ferry, _ := report.Run(benchreport.Ferry)
+	direct, _ := report.Run(benchreport.Direct)
+	if len(direct.Phases) != 4 || len(ferry.Phases) != 6 {
+		t.Errorf("phases: direct %d, ferry %d; want 4 and 6", len(direct.Phases), len(ferry.Phases))
+	}
+	for _, p := range ferry.Phases {
+		if p.Writes != 0 {
+			t.Errorf("ferry %s: %d objects written", p.Name, p.Writes)
+		}
+	}
+	if len(ferry.Processes) != 2 || ferry.PeakRSS() == 0 || direct.PeakRSS() == 0 {
+		t.Errorf("process usage: ferry %+v, direct %+v", ferry.Processes, direct.Processes)
+	}
+	for _, f := range []string{"bench.txt", "bench.json", "bench.svg"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
