@@ -59,6 +59,11 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if opts.PprofAddress != "" {
+		if _, err := cli.ServeProfiles(ctx, opts.PprofAddress, log); err != nil {
+			return err
+		}
+	}
 
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.ListenAddress)
 	if err != nil {

@@ -31,6 +31,7 @@ type Options struct {
 	ClientQPS         float32
 	ClientBurst       int
 	Zap               zap.Options
+	PprofAddress      string
 }
 
 // NewOptions returns the defaults.
@@ -61,6 +62,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.ClientQPS, "client-qps", 50, "Requests per second to the Kubernetes API (kcp for the broker, the service cluster for the edge).")
 	fs.IntVar(&o.ClientBurst, "client-burst", 100, "Burst of requests to the Kubernetes API.")
 	cli.AddLogFlags(fs, &o.Zap)
+	cli.AddProfilingFlag(fs, &o.PprofAddress)
 }
 
 // Validate reports every problem with the options at once.
