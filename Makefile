@@ -107,6 +107,8 @@ fuzz: ## Fuzz the edge's intent handling and the broker's report handling (FUZZT
 BENCH_WORKSPACES ?= 10
 BENCH_OBJECTS    ?= 100
 BENCH_OUT        ?= $(CURDIR)/_bench
+# A directory to collect CPU and heap profiles of broker and edge in (off when empty).
+BENCH_PROFILES   ?=
 
 .PHONY: bench
 bench: tools ## Real-server benchmark: BENCH_WORKSPACES x BENCH_OBJECTS through the direct copy and through ferry (table, JSON, SVG in BENCH_OUT).
@@ -114,7 +116,7 @@ bench: tools ## Real-server benchmark: BENCH_WORKSPACES x BENCH_OBJECTS through 
 	go build -o bin/bench/ferry-edge ./edge/cmd/ferry-edge
 	go build -o bin/bench/ferry-directcopy ./test/cmd/directcopy
 	FERRY_BIN_DIR=$(CURDIR)/bin/bench FERRY_ARTIFACTS=$(CURDIR)/_artifacts FERRY_BENCH_OUT=$(BENCH_OUT) \
-	FERRY_BENCH_WORKSPACES=$(BENCH_WORKSPACES) FERRY_BENCH_OBJECTS=$(BENCH_OBJECTS) \
+	FERRY_BENCH_WORKSPACES=$(BENCH_WORKSPACES) FERRY_BENCH_OBJECTS=$(BENCH_OBJECTS) FERRY_BENCH_PROFILES=$(BENCH_PROFILES) \
 		go test -run '^$$' -bench '^BenchmarkSync$$' -benchtime 1x -timeout 90m -v ./test/e2e/
 
 .PHONY: bench-unit

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,11 +189,16 @@ func newDirectSide(tb testing.TB, n int) *benchSide {
 const directCopyReady = "caches synced"
 
 // newFerrySide publishes a CRD through a broker and an edge and binds it in
-// n workspaces.
-func newFerrySide(tb testing.TB, n int) (*benchSide, *syncEnv) {
+// n workspaces. With profiles set, both serve pprof on free loopback ports.
+func newFerrySide(tb testing.TB, n int, profiles *benchProfiles) (*benchSide, *syncEnv) {
 	tb.Helper()
 	group := benchGroup(tb, "ferry")
-	e := newSyncEnvs(tb, "bf", publication{crd: testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")})[0]
+	var brokerArgs, edgeArgs []string
+	if profiles != nil {
+		brokerArgs = []string{"--pprof-bind-address", profiles.address(tb, "broker")}
+		edgeArgs = []string{"--pprof-bind-address", profiles.address(tb, "edge")}
+	}
+	e := newSyncEnvsArgs(tb, brokerArgs, edgeArgs, "bf", publication{crd: testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")})[0]
 	s := &benchSide{
 		system: benchreport.Ferry, remoteGVR: e.remoteGVR, remoteKind: e.remoteKind,
 		workspaces: benchWorkspaces(tb, "bf", e.export.Name, e.remoteGVR, n),
@@ -266,4 +275,51 @@ func logCount(tb testing.TB, p *framework.Process, substr string) int {
 		tb.Fatal(err)
 	}
 	return strings.Count(string(data), substr)
+}
+
+// benchProfiles collects pprof profiles of ferry's programs during the
+// bench (FERRY_BENCH_PROFILES names the directory).
+type benchProfiles struct {
+	dir   string
+	addrs map[string]string // program → pprof address
+	wg    sync.WaitGroup
+}
+
+func (p *benchProfiles) address(tb testing.TB, program string) string {
+	tb.Helper()
+	port, err := framework.FreePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.addrs[program] = fmt.Sprintf("127.0.0.1:%d", port)
+	return p.addrs[program]
+}
+
+// fetch saves profile (a pprof path with its query) of every program as
+// <program>-<name>.pb.gz; in the background, so that CPU profiles run
+// while the bench goes on.
+func (p *benchProfiles) fetch(tb testing.TB, name, profile string) {
+	if p == nil {
+		return
+	}
+	for program, addr := range p.addrs {
+		p.wg.Go(func() {
+			resp, err := http.Get("http://" + addr + "/debug/pprof/" + profile)
+			if err != nil {
+				tb.Logf("profile %s of %s: %v", name, program, err)
+				return
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %.200s", resp.Status, data)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(p.dir, program+"-"+name+".pb.gz"), data, 0o644)
+			}
+			if err != nil {
+				tb.Logf("profile %s of %s: %v", name, program, err)
+			}
+		})
+	}
 }

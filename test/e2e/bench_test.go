@@ -69,6 +69,8 @@ type benchSide struct {
 	localKey      func(u *unstructured.Unstructured) string
 	// processes returns the side's running programs.
 	processes func() []*framework.Process
+	// profiles, when set, takes a CPU profile over the first phases.
+	profiles *benchProfiles
 	// usage holds the usage of incarnations that were killed.
 	usage map[string]benchreport.Usage
 }
@@ -266,6 +268,8 @@ func (s *benchSide) phases(tb testing.TB, objects int, between func() []benchrep
 	tb.Helper()
 	names := objectNames(objects)
 	var out []benchreport.Phase
+	// CPU over create and update (at 10 × 100; the edge is killed later).
+	s.profiles.fetch(tb, "cpu", "profile?seconds=30")
 	out = append(out, s.run(tb, names, phaseSpec{
 		name: "create",
 		write: func(ctx context.Context, ws benchWorkspace, name string) error {
@@ -397,11 +401,24 @@ func runBench(tb testing.TB, size benchSize, out string) benchreport.Report {
 	run.Processes = direct.processUsage(tb)
 	report.Runs = append(report.Runs, run)
 
-	ferry, fe := newFerrySide(tb, size.workspaces)
+	var profiles *benchProfiles
+	if dir := os.Getenv("FERRY_BENCH_PROFILES"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		profiles = &benchProfiles{dir: dir, addrs: map[string]string{}}
+	}
+	ferry, fe := newFerrySide(tb, size.workspaces, profiles)
+	ferry.profiles = profiles
 	run = benchreport.Run{System: benchreport.Ferry}
 	run.Phases = ferry.phases(tb, size.objects, func() []benchreport.Phase {
+		// Heap after create, update and status: every object cached.
+		profiles.fetch(tb, "heap", "heap")
 		return []benchreport.Phase{ferry.restartEdge(tb, fe), ferry.restartBroker(tb, fe)}
 	})
+	if profiles != nil {
+		profiles.wg.Wait()
+	}
 	run.Processes = ferry.processUsage(tb)
 	report.Runs = append(report.Runs, run)
 

@@ -34,13 +34,21 @@ type pubEnv struct {
 	path   logicalcluster.Path
 	pki    string
 	admin  *grpc.ClientConn // the broker's admin API, dialled on first use
+	// edgeArgs are extra flags of every edge the environment starts.
+	edgeArgs []string
 }
 
 const testLabel = "e2e.ferry.dev/test"
 
 func newPubEnv(t testing.TB, brokerArgs ...string) *pubEnv {
 	t.Helper()
-	e := &pubEnv{label: sanitize(t.Name()), path: env.provider}
+	return newPubEnvArgs(t, brokerArgs, nil)
+}
+
+// newPubEnvArgs is newPubEnv with extra flags for the broker and the edge.
+func newPubEnvArgs(t testing.TB, brokerArgs, edgeArgs []string) *pubEnv {
+	t.Helper()
+	e := &pubEnv{label: sanitize(t.Name()), path: env.provider, edgeArgs: edgeArgs}
 	if len(e.label) > 63 {
 		e.label = e.label[:63]
 	}
@@ -60,7 +68,7 @@ func newPubEnv(t testing.TB, brokerArgs ...string) *pubEnv {
 
 func (e *pubEnv) startEdge(t testing.TB) *framework.Process {
 	t.Helper()
-	return startEdge(t, "edge", e.pki, "edge", e.broker.Address, "--published-resource-selector", testLabel+"="+e.label)
+	return startEdge(t, "edge", e.pki, "edge", e.broker.Address, append([]string{"--published-resource-selector", testLabel + "=" + e.label}, e.edgeArgs...)...)
 }
 
 // apply server-side-applies a typed object to the service cluster.

@@ -62,7 +62,13 @@ func newSyncEnvs(t testing.TB, consumerPrefix string, pubs ...publication) []*sy
 // newSyncEnvsWith is newSyncEnvs with extra broker flags.
 func newSyncEnvsWith(t testing.TB, brokerArgs []string, consumerPrefix string, pubs ...publication) []*syncEnv {
 	t.Helper()
-	p := newPubEnv(t, brokerArgs...)
+	return newSyncEnvsArgs(t, brokerArgs, nil, consumerPrefix, pubs...)
+}
+
+// newSyncEnvsArgs is newSyncEnvs with extra broker and edge flags.
+func newSyncEnvsArgs(t testing.TB, brokerArgs, edgeArgs []string, consumerPrefix string, pubs ...publication) []*syncEnv {
+	t.Helper()
+	p := newPubEnvArgs(t, brokerArgs, edgeArgs)
 	for _, pb := range pubs {
 		apply(t, pb.crd)
 		prSpec := ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{

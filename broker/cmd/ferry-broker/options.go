@@ -43,6 +43,8 @@ func NewOptions() *Options {
 		ShutdownTimeout:   10 * time.Second,
 		InFlightWindow:    256,
 		EngineIdleTimeout: 15 * time.Minute,
+		ClientQPS:         cli.DefaultClientQPS,
+		ClientBurst:       cli.DefaultClientBurst,
 	}
 }
 
@@ -59,8 +61,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.EngineIdleTimeout, "engine-idle-timeout", o.EngineIdleTimeout, "How long an APIExport's sync engine (kcp watches, caches, outbox) is kept while no edge is connected; a reconnect within it costs no re-list from kcp.")
 	fs.IntVar(&o.InFlightWindow, "in-flight-window", o.InFlightWindow, "Sync intents that may await the edge's result at once, per edge (backpressure).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight calls may take to finish on SIGTERM.")
-	fs.Float32Var(&o.ClientQPS, "client-qps", 50, "Requests per second to the Kubernetes API (kcp for the broker, the service cluster for the edge).")
-	fs.IntVar(&o.ClientBurst, "client-burst", 100, "Burst of requests to the Kubernetes API.")
+	cli.AddClientRateFlags(fs, &o.ClientQPS, &o.ClientBurst, "kcp")
 	cli.AddLogFlags(fs, &o.Zap)
 	cli.AddProfilingFlag(fs, &o.PprofAddress)
 }
@@ -131,6 +132,6 @@ func (o *Options) Complete() (*Completed, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	kcpCfg.QPS, kcpCfg.Burst = o.ClientQPS, o.ClientBurst
+	cli.ShareRateLimit(kcpCfg, o.ClientQPS, o.ClientBurst)
 	return &Completed{Options: o, Config: cfg, TLS: tlsCfg, KCP: kcpCfg}, nil
 }

@@ -124,6 +124,9 @@ func leaseName(o *Options) string { return "ferry-edge-" + o.AgentName }
 func leaderConfig(svc *rest.Config, renewDeadline time.Duration) *rest.Config {
 	cfg := rest.AddUserAgent(rest.CopyConfig(svc), "leader-election")
 	cfg.Timeout = max(renewDeadline/2, time.Second)
+	// A limiter of its own (same QPS and burst): a renewal must not wait
+	// behind a burst of applies in the process's shared budget.
+	cfg.RateLimiter = nil
 	return cfg
 }
 

@@ -58,6 +58,8 @@ func NewOptions() *Options {
 		LeaseDuration:     15 * time.Second,
 		RenewDeadline:     10 * time.Second,
 		RetryPeriod:       2 * time.Second,
+		ClientQPS:         cli.DefaultClientQPS,
+		ClientBurst:       cli.DefaultClientBurst,
 		// The pod name (from the downward API, see deploy/): stable across
 		// container restarts, unique among the replicas of a Deployment.
 		LeaderIdentity: os.Getenv("POD_NAME"),
@@ -87,8 +89,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderIdentity, "leader-election-identity", o.LeaderIdentity, "Identity this replica holds the Lease under (default $POD_NAME). It must be unique among the replicas and stable across restarts of one replica: a restarted replica with the same identity takes its Lease back at once instead of waiting out the lease duration. Empty: the host name and a random suffix, new on every start.")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "How long the leader keeps trying to renew before it gives up leadership.")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "How often replicas try to acquire or renew the lease.")
-	fs.Float32Var(&o.ClientQPS, "client-qps", 50, "Requests per second to the Kubernetes API (kcp for the broker, the service cluster for the edge).")
-	fs.IntVar(&o.ClientBurst, "client-burst", 100, "Burst of requests to the Kubernetes API.")
+	cli.AddClientRateFlags(fs, &o.ClientQPS, &o.ClientBurst, "the service cluster")
 	cli.AddLogFlags(fs, &o.Zap)
 	cli.AddProfilingFlag(fs, &o.PprofAddress)
 }
@@ -151,7 +152,7 @@ func (o *Options) Complete() (*Completed, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	svc.QPS, svc.Burst = o.ClientQPS, o.ClientBurst
+	cli.ShareRateLimit(svc, o.ClientQPS, o.ClientBurst)
 	selector, err := labels.Parse(o.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("--published-resource-selector: %w", err)
