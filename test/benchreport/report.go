@@ -40,6 +40,11 @@ type Phase struct {
 	// Writes counts objects rewritten where nothing should have been
 	// (restart phases: resourceVersions that moved on either side).
 	Writes int `json:"writes"`
+	// KCPRequests and LocalRequests are the API requests per object kcp
+	// and the service cluster served for the system's resources (WATCH
+	// left out), the harness's own write included.
+	KCPRequests   float64 `json:"kcpRequestsPerObject"`
+	LocalRequests float64 `json:"localRequestsPerObject"`
 }
 
 // ObjectsPerSecond is the phase's throughput.
@@ -168,6 +173,8 @@ func (r Report) Table(w io.Writer) error {
 			row("", "p50", dp.P50, fp.P50, "s", ok)
 			row("", "p90", dp.P90, fp.P90, "s", ok)
 			row("", "p99", dp.P99, fp.P99, "s", ok)
+			row("", "kcp req/obj", dp.KCPRequests, fp.KCPRequests, "r", ok)
+			row("", "local req/obj", dp.LocalRequests, fp.LocalRequests, "r", ok)
 		} else {
 			row("", "writes", float64(dp.Writes), float64(fp.Writes), "", ok)
 		}
@@ -191,6 +198,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.2fs", v)
 	case "":
 		return fmt.Sprintf("%.0f", v)
+	case "r":
+		return fmt.Sprintf("%.2f", v)
 	default:
 		return fmt.Sprintf("%.0f %s", v, unit)
 	}

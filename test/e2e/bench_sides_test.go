@@ -164,8 +164,9 @@ func newDirectSide(tb testing.TB, n int) *benchSide {
 		system: benchreport.Direct, remoteGVR: served, remoteKind: res.GetProjectedKind(),
 		workspaces: benchWorkspaces(tb, "bd", group, served, n),
 		local:      local, localSelector: directLabel,
-		localKey: func(u *unstructured.Unstructured) string { return benchKey(u.GetLabels()[directLabel], u.GetName()) },
-		usage:    map[string]benchreport.Usage{},
+		localKey:    func(u *unstructured.Unstructured) string { return benchKey(u.GetLabels()[directLabel], u.GetName()) },
+		usage:       map[string]benchreport.Usage{},
+		kcpRequests: newAPIRequests(tb, kcpMetricsConfig(tb), served.Group), localRequests: newAPIRequests(tb, env.service.Config, group),
 	}
 
 	p, err := framework.StartProcess("directcopy", env.bins.DirectCopy, []string{
@@ -206,8 +207,9 @@ func newFerrySide(tb testing.TB, n int, profiles *benchProfiles) (*benchSide, *s
 		localKey: func(u *unstructured.Unstructured) string {
 			return benchKey(u.GetLabels()[naming.LabelRemoteCluster], u.GetAnnotations()[naming.AnnotationName])
 		},
-		processes: func() []*framework.Process { return []*framework.Process{e.broker.Process, e.edge} },
-		usage:     map[string]benchreport.Usage{},
+		processes:   func() []*framework.Process { return []*framework.Process{e.broker.Process, e.edge} },
+		usage:       map[string]benchreport.Usage{},
+		kcpRequests: newAPIRequests(tb, kcpMetricsConfig(tb), e.remoteGVR.Group), localRequests: newAPIRequests(tb, env.service.Config, e.localGVR.Group),
 	}
 	return s, e
 }

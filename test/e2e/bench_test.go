@@ -71,6 +71,9 @@ type benchSide struct {
 	processes func() []*framework.Process
 	// profiles, when set, takes a CPU profile over the first phases.
 	profiles *benchProfiles
+	// kcpRequests and localRequests count the requests for the side's
+	// resources in kcp and in the service cluster.
+	kcpRequests, localRequests *apiRequests
 	// usage holds the usage of incarnations that were killed.
 	usage map[string]benchreport.Usage
 }
@@ -243,6 +246,7 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 		}
 	}
 	total := len(names) * len(s.workspaces)
+	kcp0, local0 := s.kcpRequests.count(tb), s.localRequests.count(tb)
 	start := time.Now()
 	s.forEach(names, func(ws benchWorkspace, name string) {
 		obs.start(benchKey(ws.cluster, name), time.Now())
@@ -258,7 +262,13 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 		tb.Fatalf("%s, phase %s: %v", s.system, p.name, err)
 	}
 	phase := benchreport.NewPhase(p.name, total, time.Since(start), obs.latencies())
-	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs)", s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99)
+	// Late requests (a finalizer released after the last watch event, a
+	// status echo) still count: wait for the counts to settle.
+	time.Sleep(time.Second)
+	phase.KCPRequests = (s.kcpRequests.count(tb) - kcp0) / float64(total)
+	phase.LocalRequests = (s.localRequests.count(tb) - local0) / float64(total)
+	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs), requests per object: kcp %.2f, service cluster %.2f",
+		s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99, phase.KCPRequests, phase.LocalRequests)
 	return phase
 }
 
