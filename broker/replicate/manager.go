@@ -116,6 +116,10 @@ type Manager struct {
 	// the current stream: the edge sends it once, so a later re-Ensure must
 	// not wait for it again.
 	inventoried map[string]bool
+	// unlisted holds complete inventories that arrived before their
+	// PublishedResource's cache was listed (a restarted broker): compared
+	// once it is, or every object would be sent again.
+	unlisted map[string]map[string]string
 	// attached tells whether an edge stream is attached; gates close on
 	// every attach.
 	attached bool
@@ -183,6 +187,7 @@ func NewManager(o Options) *Manager {
 		sentHash:    map[item]string{},
 		copies:      map[item]*ferryv1.ObjectKey{},
 		inventoried: map[string]bool{},
+		unlisted:    map[string]map[string]string{},
 		paths:       map[string]string{},
 		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
 		relRefs:     refindex.New[item](),
@@ -317,6 +322,7 @@ func (m *Manager) Attach() {
 	m.attached = true
 	clear(m.inventoried)
 	clear(m.inventory)
+	clear(m.unlisted)
 	clear(m.sentHash)
 	clear(m.relSent)
 	for pr := range m.desired {
@@ -399,23 +405,51 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 		return
 	}
 	m.inventoried[pr] = true
+	delete(m.inventory, pr)
+	if w, ok := m.running[pr]; ok && w.synced.Load() {
+		m.compareInventoryLocked(pr, w, entries)
+		return
+	}
+	m.unlisted[pr] = entries
+	m.opts.Log.Info("edge inventory received; compared once the published resource is listed", "publishedResource", pr, "objects", len(entries))
+}
+
+// compareInventoryLocked replaces what the manager knows the edge applied
+// for pr with a complete inventory (entries: object key and UID → content
+// hash) and opens pr's gate: every object is compared in memory and only
+// those whose hash differs are sent. w's cache must be listed.
+func (m *Manager) compareInventoryLocked(pr string, w *watcher, entries map[string]string) {
 	for it := range m.appliedHash {
 		if it.pr == pr && it.related == "" {
 			delete(m.appliedHash, it)
 		}
 	}
-	if w, ok := m.running[pr]; ok {
-		for _, raw := range w.store.List() {
-			obj := raw.(*unstructured.Unstructured)
-			k := clusterKeyOf(obj)
-			if h, ok := entries[k+"|"+string(obj.GetUID())]; ok && h != "" {
-				m.appliedHash[item{pr: pr, key: k}] = h
-			}
+	for _, raw := range w.store.List() {
+		obj := raw.(*unstructured.Unstructured)
+		k := clusterKeyOf(obj)
+		if h, ok := entries[k+"|"+string(obj.GetUID())]; ok && h != "" {
+			m.appliedHash[item{pr: pr, key: k}] = h
 		}
 	}
-	delete(m.inventory, pr)
 	m.opts.Log.Info("edge inventory complete", "publishedResource", pr, "objects", len(entries))
 	m.openLocked(pr)
+}
+
+// listed is called once w, pr's watcher, has listed its objects.
+func (m *Manager) listed(pr string, w *watcher) {
+	w.synced.Store(true)
+	m.opts.Log.Info("published resource listed", "publishedResource", pr, "objects", len(w.store.ListKeys()))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running[pr] != w {
+		return // replaced meanwhile
+	}
+	if entries, ok := m.unlisted[pr]; ok {
+		delete(m.unlisted, pr)
+		m.compareInventoryLocked(pr, w, entries)
+	}
+	// Objects that went while nobody watched are known gone now.
+	m.queueCopiesLocked(pr)
 }
 
 // Remove stops syncing a PublishedResource's objects. Finalizers already on
@@ -426,6 +460,7 @@ func (m *Manager) Remove(pr string) {
 	delete(m.desired, pr)
 	delete(m.open, pr)
 	delete(m.inventory, pr)
+	delete(m.unlisted, pr)
 	for it := range m.appliedHash {
 		if it.pr == pr {
 			delete(m.appliedHash, it)
@@ -467,14 +502,7 @@ func (m *Manager) reconcileLocked() {
 		// (as out of scope, not as deleted), or its finalizer would stay.
 		lw := m.countLists(watching.ListWatch(dyn.Resource(res.GVR), ""))
 		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "filter", res.Selector.String())
-		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() {
-			w.synced.Store(true)
-			m.opts.Log.Info("published resource listed", "publishedResource", pr, "objects", len(w.store.ListKeys()))
-			// Objects that went while nobody watched are known gone now.
-			m.mu.Lock()
-			m.queueCopiesLocked(pr)
-			m.mu.Unlock()
-		})
+		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { m.listed(pr, w) })
 	}
 	m.reconcileNamespacesLocked()
 	m.reconcileRelatedLocked()

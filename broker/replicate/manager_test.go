@@ -289,3 +289,32 @@ func TestObjectGoneWithoutConfirmedDeletion(t *testing.T) {
 		})
 	}
 }
+
+// TestInventoryBeforeListIsComparedOnceListed: a restarted broker gets the
+// edge's inventory before it has listed kcp. The inventory is compared once
+// the cache is listed, so unchanged objects are not sent again (before,
+// every object was: 1,000 intents after a broker restart at 10 x 100).
+func TestInventoryBeforeListIsComparedOnceListed(t *testing.T) {
+	obj := thing("10", map[string]any{"size": int64(1)}, nil)
+	m, intents := testManager(t, obj)
+	w := m.running["pr"]
+	delete(m.running, "pr") // the watch starts after the edge's inventory
+	delete(m.open, "pr")
+	key := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"},
+		Namespace: "ns", Name: "a", Uid: "u-a"}
+	m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
+		Entries: []*ferryv1.InventoryEntry{{Key: key, AppliedHash: hashOf(t, obj)}}})
+	if m.open["pr"] {
+		t.Fatal("the gate opened before the cache was listed")
+	}
+	w.synced.Store(false)
+	m.running["pr"] = w
+	m.listed("pr", w)
+	if !m.open["pr"] {
+		t.Fatal("the gate did not open once the cache was listed")
+	}
+	drain(t, m)
+	if in := intents.Next(); in != nil {
+		t.Fatalf("an unchanged object was sent again: %v", in)
+	}
+}
