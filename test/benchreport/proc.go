@@ -16,6 +16,10 @@ const clockTicks = 100
 type Usage struct {
 	PeakRSSBytes int64
 	CPUSeconds   float64
+	// FileRSSBytes is the file-backed part of the resident memory when
+	// read: mostly the program's own code and data, which every process
+	// pays once whatever it does.
+	FileRSSBytes int64
 }
 
 // ReadUsage reads the usage of the running process pid.
@@ -26,12 +30,14 @@ func ReadUsage(pid int) (Usage, error) {
 	}
 	var u Usage
 	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return Usage{}, fmt.Errorf("VmHWM of %d: %w", pid, err)
+		for field, dst := range map[string]*int64{"VmHWM:": &u.PeakRSSBytes, "RssFile:": &u.FileRSSBytes} {
+			if rest, ok := strings.CutPrefix(line, field); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				if err != nil {
+					return Usage{}, fmt.Errorf("%s of %d: %w", field, pid, err)
+				}
+				*dst = kb << 10
 			}
-			u.PeakRSSBytes = kb << 10
 		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -56,5 +62,6 @@ func ReadUsage(pid int) (Usage, error) {
 // Add folds another incarnation's usage in: CPU adds up, the peak is the
 // larger one.
 func (u Usage) Add(o Usage) Usage {
-	return Usage{PeakRSSBytes: max(u.PeakRSSBytes, o.PeakRSSBytes), CPUSeconds: u.CPUSeconds + o.CPUSeconds}
+	return Usage{PeakRSSBytes: max(u.PeakRSSBytes, o.PeakRSSBytes), CPUSeconds: u.CPUSeconds + o.CPUSeconds,
+		FileRSSBytes: max(u.FileRSSBytes, o.FileRSSBytes)}
 }

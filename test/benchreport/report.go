@@ -81,6 +81,9 @@ type Process struct {
 	Name         string  `json:"name"`
 	PeakRSSBytes int64   `json:"peakRSSBytes"`
 	CPUSeconds   float64 `json:"cpuSeconds"`
+	// FileRSSBytes is the file-backed resident memory (program code) at
+	// the end of the run.
+	FileRSSBytes int64 `json:"fileRSSBytes"`
 }
 
 // Run is one system's measurements.
@@ -184,12 +187,17 @@ func (r Report) Table(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var parts []string
-	for _, p := range ferry.Processes {
-		parts = append(parts, fmt.Sprintf("%s %.0f MiB, %.1f s CPU", p.Name, float64(p.PeakRSSBytes)/(1<<20), p.CPUSeconds))
+	for _, run := range []Run{direct, ferry} {
+		var parts []string
+		for _, p := range run.Processes {
+			parts = append(parts, fmt.Sprintf("%s peak RSS %.0f MiB (program code %.0f MiB), %.1f s CPU",
+				p.Name, float64(p.PeakRSSBytes)/(1<<20), float64(p.FileRSSBytes)/(1<<20), p.CPUSeconds))
+		}
+		if _, err := fmt.Fprintf(w, "%s: %s\n", run.System, strings.Join(parts, "; ")); err != nil {
+			return err
+		}
 	}
-	_, err := fmt.Fprintf(w, "ferry: %s\n", strings.Join(parts, "; "))
-	return err
+	return nil
 }
 
 func format(v float64, unit string) string {

@@ -48,7 +48,7 @@ func TestTableShowsRatios(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"1.50x", "p50", "edge-restart", "75 MiB", "1.50x", "ferry-broker 40 MiB"} {
+	for _, want := range []string{"1.50x", "p50", "edge-restart", "75 MiB", "1.50x", "ferry-broker peak RSS 40 MiB"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

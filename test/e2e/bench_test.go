@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -395,8 +396,9 @@ func (s *benchSide) processUsage(tb testing.TB) []benchreport.Process {
 	}
 	var out []benchreport.Process
 	for name, u := range s.usage {
-		out = append(out, benchreport.Process{Name: name, PeakRSSBytes: u.PeakRSSBytes, CPUSeconds: u.CPUSeconds})
+		out = append(out, benchreport.Process{Name: name, PeakRSSBytes: u.PeakRSSBytes, CPUSeconds: u.CPUSeconds, FileRSSBytes: u.FileRSSBytes})
 	}
+	slices.SortFunc(out, func(a, b benchreport.Process) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
