@@ -3,13 +3,16 @@ package publish
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/yaml"
@@ -62,6 +65,38 @@ func InstallCRD(ctx context.Context, cfg *rest.Config) error {
 	})
 	if err != nil {
 		return fmt.Errorf("CRD %s not established: %w", want.Name, err)
+	}
+	return waitDiscovery(ctx, cfg, &want)
+}
+
+// waitDiscovery waits until the API server's discovery lists the CRD's
+// resource: Established can come before discovery does, and
+// controller-runtime's REST mapper then fails to start the manager (a fresh
+// cluster, seen in make bench). Discovery has no watch; it is polled, once,
+// at start.
+func waitDiscovery(ctx context.Context, cfg *rest.Config, crd *apiextensionsv1.CustomResourceDefinition) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	gv := crd.Spec.Group + "/" + crd.Spec.Versions[0].Name
+	var last error
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		list, err := dc.ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		for _, r := range list.APIResources {
+			if r.Name == crd.Spec.Names.Plural {
+				return true, nil
+			}
+		}
+		last = fmt.Errorf("%s does not list %s yet", gv, crd.Spec.Names.Plural)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("CRD %s is established but not in the API server's discovery: %w (last: %v)", crd.Name, err, last)
 	}
 	return nil
 }
