@@ -45,6 +45,9 @@ type Phase struct {
 	// left out), the harness's own write included.
 	KCPRequests   float64 `json:"kcpRequestsPerObject"`
 	LocalRequests float64 `json:"localRequestsPerObject"`
+	// WireBytes is the bytes per object between edge and broker, both
+	// ways, TLS included (ferry only: the direct copy has no such hop).
+	WireBytes float64 `json:"wireBytesPerObject,omitempty"`
 }
 
 // ObjectsPerSecond is the phase's throughput.
@@ -178,6 +181,7 @@ func (r Report) Table(w io.Writer) error {
 			row("", "p99", dp.P99, fp.P99, "s", ok)
 			row("", "kcp req/obj", dp.KCPRequests, fp.KCPRequests, "r", ok)
 			row("", "local req/obj", dp.LocalRequests, fp.LocalRequests, "r", ok)
+			row("", "wire bytes/obj", 0, fp.WireBytes, "", false)
 		} else {
 			row("", "writes", float64(dp.Writes), float64(fp.Writes), "", ok)
 		}

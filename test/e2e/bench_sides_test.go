@@ -199,8 +199,15 @@ func newFerrySide(tb testing.TB, n int, profiles *benchProfiles) (*benchSide, *s
 		brokerArgs = []string{"--pprof-bind-address", profiles.address(tb, "broker")}
 		edgeArgs = []string{"--pprof-bind-address", profiles.address(tb, "edge")}
 	}
-	e := newSyncEnvsArgs(tb, brokerArgs, edgeArgs, "bf", publication{crd: testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")})[0]
+	// The edge dials the broker through a proxy that counts the hop's bytes.
+	var wire *wireProxy
+	via := func(broker string) string {
+		wire = startWireProxy(tb, broker)
+		return wire.address()
+	}
+	e := newSyncEnvsArgs(tb, brokerArgs, edgeArgs, via, "bf", publication{crd: testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")})[0]
 	s := &benchSide{
+		wire:   wire,
 		system: benchreport.Ferry, remoteGVR: e.remoteGVR, remoteKind: e.remoteKind,
 		workspaces: benchWorkspaces(tb, "bf", e.export.Name, e.remoteGVR, n),
 		local:      localResource(tb, e.localGVR), localSelector: naming.LabelRemoteCluster,

@@ -75,6 +75,9 @@ type benchSide struct {
 	// kcpRequests and localRequests count the requests for the side's
 	// resources in kcp and in the service cluster.
 	kcpRequests, localRequests *apiRequests
+	// wire counts the bytes between edge and broker (nil for the direct
+	// copy, which has no such hop).
+	wire *wireProxy
 	// usage holds the usage of incarnations that were killed.
 	usage map[string]benchreport.Usage
 }
@@ -247,7 +250,7 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 		}
 	}
 	total := len(names) * len(s.workspaces)
-	kcp0, local0 := s.kcpRequests.count(tb), s.localRequests.count(tb)
+	kcp0, local0, wire0 := s.kcpRequests.count(tb), s.localRequests.count(tb), s.wire.total()
 	start := time.Now()
 	s.forEach(names, func(ws benchWorkspace, name string) {
 		obs.start(benchKey(ws.cluster, name), time.Now())
@@ -268,8 +271,9 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 	time.Sleep(time.Second)
 	phase.KCPRequests = (s.kcpRequests.count(tb) - kcp0) / float64(total)
 	phase.LocalRequests = (s.localRequests.count(tb) - local0) / float64(total)
-	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs), requests per object: kcp %.2f, service cluster %.2f",
-		s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99, phase.KCPRequests, phase.LocalRequests)
+	phase.WireBytes = float64(s.wire.total()-wire0) / float64(total)
+	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs), requests per object: kcp %.2f, service cluster %.2f; %.0f bytes per object between edge and broker",
+		s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99, phase.KCPRequests, phase.LocalRequests, phase.WireBytes)
 	return phase
 }
 
@@ -501,6 +505,10 @@ func TestBenchHarnessSmoke(t *testing.T) {
 		if p.Writes != 0 {
 			t.Errorf("ferry %s: %d objects written", p.Name, p.Writes)
 		}
+	}
+	if create, _ := ferry.Phase("create"); create.WireBytes <= 0 || create.KCPRequests <= 0 || create.LocalRequests <= 0 {
+		t.Errorf("ferry create: %.0f wire bytes, %.2f kcp and %.2f local requests per object; want all counted",
+			create.WireBytes, create.KCPRequests, create.LocalRequests)
 	}
 	if len(ferry.Processes) != 2 || ferry.PeakRSS() == 0 || direct.PeakRSS() == 0 {
 		t.Errorf("process usage: ferry %+v, direct %+v", ferry.Processes, direct.Processes)

@@ -36,23 +36,30 @@ type pubEnv struct {
 	admin  *grpc.ClientConn // the broker's admin API, dialled on first use
 	// edgeArgs are extra flags of every edge the environment starts.
 	edgeArgs []string
+	// edgeDial, when set, is the address edges dial instead of the
+	// broker's (a proxy in front of it).
+	edgeDial string
 }
 
 const testLabel = "e2e.ferry.dev/test"
 
 func newPubEnv(t testing.TB, brokerArgs ...string) *pubEnv {
 	t.Helper()
-	return newPubEnvArgs(t, brokerArgs, nil)
+	return newPubEnvArgs(t, brokerArgs, nil, nil)
 }
 
-// newPubEnvArgs is newPubEnv with extra flags for the broker and the edge.
-func newPubEnvArgs(t testing.TB, brokerArgs, edgeArgs []string) *pubEnv {
+// newPubEnvArgs is newPubEnv with extra flags for the broker and the edge;
+// with via set, edges dial via(the broker's address) instead.
+func newPubEnvArgs(t testing.TB, brokerArgs, edgeArgs []string, via func(brokerAddress string) string) *pubEnv {
 	t.Helper()
 	e := &pubEnv{label: sanitize(t.Name()), path: env.provider, edgeArgs: edgeArgs}
 	if len(e.label) > 63 {
 		e.label = e.label[:63]
 	}
 	e.pki, e.export, e.broker = brokerFor(t, brokerArgs...)
+	if via != nil {
+		e.edgeDial = via(e.broker.Address)
+	}
 	e.edge = e.startEdge(t)
 	// Connected implies the edge installed the PublishedResource CRD.
 	if _, err := framework.WaitEdgeState(context.Background(), adminConn(t, e.broker, e.pki), devpki.IdentityFor("edge"),
@@ -68,7 +75,11 @@ func newPubEnvArgs(t testing.TB, brokerArgs, edgeArgs []string) *pubEnv {
 
 func (e *pubEnv) startEdge(t testing.TB) *framework.Process {
 	t.Helper()
-	return startEdge(t, "edge", e.pki, "edge", e.broker.Address, append([]string{"--published-resource-selector", testLabel + "=" + e.label}, e.edgeArgs...)...)
+	addr := e.broker.Address
+	if e.edgeDial != "" {
+		addr = e.edgeDial
+	}
+	return startEdge(t, "edge", e.pki, "edge", addr, append([]string{"--published-resource-selector", testLabel + "=" + e.label}, e.edgeArgs...)...)
 }
 
 // apply server-side-applies a typed object to the service cluster.

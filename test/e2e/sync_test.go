@@ -62,13 +62,14 @@ func newSyncEnvs(t testing.TB, consumerPrefix string, pubs ...publication) []*sy
 // newSyncEnvsWith is newSyncEnvs with extra broker flags.
 func newSyncEnvsWith(t testing.TB, brokerArgs []string, consumerPrefix string, pubs ...publication) []*syncEnv {
 	t.Helper()
-	return newSyncEnvsArgs(t, brokerArgs, nil, consumerPrefix, pubs...)
+	return newSyncEnvsArgs(t, brokerArgs, nil, nil, consumerPrefix, pubs...)
 }
 
-// newSyncEnvsArgs is newSyncEnvs with extra broker and edge flags.
-func newSyncEnvsArgs(t testing.TB, brokerArgs, edgeArgs []string, consumerPrefix string, pubs ...publication) []*syncEnv {
+// newSyncEnvsArgs is newSyncEnvs with extra broker and edge flags, and
+// edges dialling via(the broker's address) when via is set.
+func newSyncEnvsArgs(t testing.TB, brokerArgs, edgeArgs []string, via func(string) string, consumerPrefix string, pubs ...publication) []*syncEnv {
 	t.Helper()
-	p := newPubEnvArgs(t, brokerArgs, edgeArgs)
+	p := newPubEnvArgs(t, brokerArgs, edgeArgs, via)
 	for _, pb := range pubs {
 		apply(t, pb.crd)
 		prSpec := ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{
