@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
@@ -310,4 +311,21 @@ func TestEdgeReplicasElectOneLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLog(t, second, 10*time.Second, "connected to broker")
+
+	// A graceful shutdown releases the Lease: the next replica need not
+	// wait out its duration.
+	if err := second.Stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := kube.CoordinationV1().Leases("ferry-system").Get(ctx, "ferry-edge-edge-le", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := held.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Errorf("the Lease is still held by %q after the leader's graceful shutdown", *h)
+	}
 }
