@@ -188,7 +188,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		return
 	case t.deletion:
 		err = w.mgr.Release(ctx, t.pr, t.key)
-		w.log.V(4).Info("edge confirmed a deletion", "object", replicate.KeyString(t.key), "error", errString(err))
+		w.log.V(4).Info("edge confirmed a deletion", "object", replicate.KeyString(t.key), "error", err)
 	case t.resend != nil:
 		w.log.Info("edge asked for an object's desired state again", "object", replicate.KeyString(t.key),
 			"localCopy", t.resend.GetReason())
@@ -250,11 +250,4 @@ func (w *reportWorker) retry(k string, t reportTask) {
 
 func (w *reportWorker) answer(a *ferryv1.ReportResult) {
 	w.send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: a}})
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

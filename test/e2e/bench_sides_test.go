@@ -75,10 +75,7 @@ func benchWorkspaces(tb testing.TB, prefix, exportName string, served schema.Gro
 		if err != nil {
 			tb.Fatal(err)
 		}
-		cfg := noRateLimit(env.kcp.Config)
-		base, _, _ := strings.Cut(cfg.Host, "/clusters/")
-		cfg.Host = base + "/clusters/" + path.String()
-		dyn, err := dynamic.NewForConfig(cfg)
+		dyn, err := dynamic.NewForConfig(workspaceConfig(noRateLimit(env.kcp.Config), path))
 		if err != nil {
 			tb.Fatal(err)
 		}

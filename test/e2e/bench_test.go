@@ -179,7 +179,8 @@ func (o *observer) latencies() []time.Duration {
 
 // watchFrom lists ri (so that only changes from now on count), then
 // watches it until ctx ends, calling on with every event; a watch the
-// server closes is resumed from the last version seen.
+// server closes is resumed from the last version seen, and an error event
+// fails the bench.
 func watchFrom(ctx context.Context, tb testing.TB, ri dynamic.ResourceInterface, selector string, on func(watch.EventType, *unstructured.Unstructured)) {
 	tb.Helper()
 	list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -196,8 +197,15 @@ func watchFrom(ctx context.Context, tb testing.TB, ri dynamic.ResourceInterface,
 			}
 			for ev := range w.ResultChan() {
 				u, ok := ev.Object.(*unstructured.Unstructured)
-				if !ok {
-					continue // an error event: re-watch from rv
+				if ev.Type == watch.Error || !ok {
+					if ctx.Err() != nil {
+						return // the phase is over
+					}
+					// Resuming from rv would miss events (or loop on 410
+					// Gone): the phase cannot be measured.
+					tb.Errorf("the bench's watch ended with %v; this phase's figures would miss changes", ev.Object)
+					w.Stop()
+					return
 				}
 				rv = u.GetResourceVersion()
 				if ev.Type != watch.Bookmark {

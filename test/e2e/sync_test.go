@@ -138,9 +138,14 @@ func (e *syncEnv) useConsumer(t testing.TB, consumer logicalcluster.Path) {
 
 // consumerConfig is the kcp admin config pointed at the consumer workspace.
 func (e *syncEnv) consumerConfig() *rest.Config {
-	cfg := rest.CopyConfig(env.kcp.Config)
+	return workspaceConfig(env.kcp.Config, e.consumer)
+}
+
+// workspaceConfig is a copy of kcp config cfg pointed at the workspace path.
+func workspaceConfig(cfg *rest.Config, path logicalcluster.Path) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
 	base, _, _ := strings.Cut(cfg.Host, "/clusters/")
-	cfg.Host = base + "/clusters/" + e.consumer.String()
+	cfg.Host = base + "/clusters/" + path.String()
 	return cfg
 }
 

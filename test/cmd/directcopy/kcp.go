@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 const (
@@ -65,13 +65,6 @@ func specHash(spec any) (string, error) {
 	return hex.EncodeToString(sum[:16]), nil
 }
 
-// listThenWatch makes the reflector list, then watch, instead of streaming
-// the initial state (watch-list): kcp's virtual workspace was seen leaving
-// some workspaces' objects out of a streamed /clusters/* initial state.
-type listThenWatch struct{ *cache.ListWatch }
-
-func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
 // newKCPInformer lists and watches ri (all clusters, all namespaces) into
 // a store keyed by clusterKey and enqueues the key of every change. It is
 // client-go's informer loop by hand because shared informers key by
@@ -81,14 +74,9 @@ func newKCPInformer(ri dynamic.NamespaceableResourceInterface, enqueue func(stri
 	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{
 		KeyFunction: clusterKey, KnownObjects: store, EmitDeltaTypeReplaced: true, Transformer: dropManagedFields,
 	})
-	lw := listThenWatch{&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return ri.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return ri.Watch(ctx, o)
-		},
-	}}
+	// List, then watch: kcp v0.28's virtual workspace left objects out of
+	// the streamed initial list (see pkg/watching).
+	lw := watching.WithoutWatchList(watching.ListWatch(ri, ""))
 	process := func(obj any, _ bool) error {
 		deltas, ok := obj.(cache.Deltas)
 		if !ok {

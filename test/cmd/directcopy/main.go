@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 type options struct {
@@ -266,23 +268,14 @@ func (c *copier) run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.kcpInformer.HasSynced, c.localInformer.HasSynced) {
 		return ctx.Err()
 	}
-	go func() {
-		<-ctx.Done()
-		c.kcpQueue.ShutDown()
-		c.statusQueue.ShutDown()
-	}()
 	c.log.Info("caches synced, workers started", "workers", c.o.workers)
 	var wg sync.WaitGroup
-	for range c.o.workers {
-		wg.Go(func() {
-			for c.process(ctx, c.kcpQueue, c.reconcile) {
-			}
-		})
-		wg.Go(func() {
-			for c.process(ctx, c.statusQueue, c.syncStatus) {
-			}
-		})
-	}
+	wg.Go(func() {
+		watching.RunWorkers(ctx, c.kcpQueue, c.o.workers, func() bool { return c.process(ctx, c.kcpQueue, c.reconcile) })
+	})
+	wg.Go(func() {
+		watching.RunWorkers(ctx, c.statusQueue, c.o.workers, func() bool { return c.process(ctx, c.statusQueue, c.syncStatus) })
+	})
 	wg.Wait()
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/watchlist"
 )
 
 func TestParseGVR(t *testing.T) {
@@ -113,11 +112,5 @@ func TestMergePatch(t *testing.T) {
 	}
 	if got := mergePatch(map[string]any{"a": "1"}, nil); !reflect.DeepEqual(got, map[string]any{"a": "1"}) {
 		t.Errorf("over nothing: %v", got)
-	}
-}
-
-func TestListThenWatch(t *testing.T) {
-	if !watchlist.DoesClientNotSupportWatchListSemantics(listThenWatch{&cache.ListWatch{}}) {
-		t.Error("the reflector would stream the initial state")
 	}
 }

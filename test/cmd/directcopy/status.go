@@ -9,27 +9,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // newLocalInformer watches our local copies (all namespaces). Their
 // namespace/name is unique, so a shared informer's default key is fine.
 func (c *copier) newLocalInformer() (cache.SharedIndexInformer, error) {
 	ri := c.local.Resource(c.o.localResource)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = clusterLabel
-			return ri.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = clusterLabel
-			return ri.Watch(ctx, o)
-		},
-	}
-	inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(watching.ListWatch(ri, clusterLabel), &unstructured.Unstructured{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(dropManagedFields); err != nil {
 		return nil, err
 	}
