@@ -18,6 +18,8 @@ PROTOC_GEN_GO_VERSION  := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPCURL_VERSION        := v1.9.4
 CONTROLLER_GEN_VERSION := v0.23.0
+# Keep in step with test/tools/helm/go.mod.
+HELM_VERSION           := v3.22.0
 
 KCP            := $(TOOLS_BIN)/kcp-$(KCP_VERSION)
 KUBE_APISERVER := $(TOOLS_BIN)/kube-apiserver-$(KUBE_APISERVER_VERSION)
@@ -27,6 +29,7 @@ PROTOC_GEN_GO  := $(TOOLS_BIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen
 PROTOC_GEN_GO_GRPC := $(TOOLS_BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
 GRPCURL        := $(TOOLS_BIN)/grpcurl-$(GRPCURL_VERSION)/grpcurl
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
+HELM           := $(TOOLS_BIN)/helm-$(HELM_VERSION)
 
 SERVER_TOOLS := $(KCP) $(KUBE_APISERVER) $(ETCD)
 GEN_TOOLS    := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(CONTROLLER_GEN)
@@ -36,10 +39,12 @@ export FERRY_KCP_BIN            := $(KCP)
 export FERRY_KUBE_APISERVER_BIN := $(KUBE_APISERVER)
 export FERRY_ETCD_BIN           := $(ETCD)
 export FERRY_GRPCURL_BIN        := $(GRPCURL)
+export FERRY_HELM_BIN           := $(HELM)
 export FERRY_BIN_DIR            := $(CURDIR)/bin
 
 # Paths make generate writes; verify compares their content before and after.
 GENERATED     := api/gen api/v1alpha1/zz_generated.deepcopy.go deploy/crd
+GENERATED     += deploy/charts/ferry-edge/files
 GENERATED_SUM := find $(GENERATED) -type f -exec sha256sum {} + | sort | sha256sum
 
 GO_TEST_FLAGS ?= -race -count=1
@@ -66,11 +71,29 @@ build-race: ## Build both binaries (and the bench's direct copy) with the race d
 	go build -race -o bin/ferry-edge ./edge/cmd/ferry-edge
 	go build -race -o bin/ferry-directcopy ./test/cmd/directcopy
 
+# Images: static binaries packed by test/tools/image (go-containerregistry)
+# into OCI archives, as deploy/images/*.Dockerfile would build them.
+IMAGE_VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_CREATED   ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_ARCH      ?= $(shell go env GOARCH)
+IMAGE_CA_BUNDLE ?= $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt))
+
+.PHONY: image
+image: ## Build static binaries and write OCI image archives to bin/images/ (no container daemon needed).
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o bin/static/ferry-broker ./broker/cmd/ferry-broker
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o bin/static/ferry-edge ./edge/cmd/ferry-edge
+	cd test/tools/image && for b in ferry-broker ferry-edge; do \
+	  go run . --binary $(CURDIR)/bin/static/$$b --out $(CURDIR)/bin/images/$$b.oci.tar --arch $(IMAGE_ARCH) \
+	    --version "$(IMAGE_VERSION)" --revision "$(IMAGE_REVISION)" --created "$(IMAGE_CREATED)" \
+	    $(if $(IMAGE_CA_BUNDLE),--ca-bundle $(IMAGE_CA_BUNDLE)) || exit 1; done
+
 .PHONY: generate
 generate: $(GEN_TOOLS) ## Regenerate committed code (protobuf, deepcopy, CRD manifests).
 	PATH="$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH" $(BUF) generate
 	$(CONTROLLER_GEN) object paths=./api/v1alpha1/...
 	$(CONTROLLER_GEN) crd paths=./api/v1alpha1/... output:crd:dir=deploy/crd
+	cp deploy/crd/ferry.dev_publishedresources.yaml deploy/charts/ferry-edge/files/
 
 .PHONY: verify
 verify: $(GEN_TOOLS) ## Regenerate and fail if the generated code differs from what is checked out.
@@ -87,15 +110,19 @@ lint: $(BUF) ## gofmt check, go vet and buf lint.
 ##@ Test
 
 .PHONY: test
-test: verify lint test-unit test-e2e ## Everything CI runs: generated-code check, lint, unit and e2e tests.
+test: verify lint test-unit test-image test-e2e ## Everything CI runs: generated-code check, lint, unit, image and e2e tests.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no servers).
-	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/)
+	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
 
 .PHONY: test-e2e
 test-e2e: tools build-race ## End-to-end tests against real kcp, kube-apiserver and etcd.
 	FERRY_ARTIFACTS=$(CURDIR)/_artifacts go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+
+.PHONY: test-image
+test-image: image ## Read the image archives back: static binary, user 65532, entrypoint.
+	cd test/tools/image && go vet . && FERRY_IMAGE_DIR=$(CURDIR)/bin/images FERRY_STATIC_BIN_DIR=$(CURDIR)/bin/static go test -count=1 -v .
 
 FUZZTIME ?= 30s
 
@@ -133,7 +160,7 @@ demo: tools build ## Run kcp, a service cluster, broker and edge on loopback (Ct
 ##@ Tools
 
 .PHONY: tools
-tools: $(SERVER_TOOLS) $(GEN_TOOLS) $(GRPCURL) ## Build the real servers and code generators (cached).
+tools: $(SERVER_TOOLS) $(GEN_TOOLS) $(GRPCURL) $(HELM) ## Build the real servers, code generators, grpcurl and helm (cached).
 
 $(KCP): test/tools/kcp/go.mod test/tools/kcp/go.sum
 	@mkdir -p $(dir $@)
@@ -158,6 +185,17 @@ $(KUBE_APISERVER): test/tools/kube-apiserver/go.mod test/tools/kube-apiserver/go
 $(ETCD): test/tools/etcd/go.mod test/tools/etcd/go.sum test/tools/etcd/main.go
 	@mkdir -p $(dir $@)
 	cd test/tools/etcd && go build -o $@.tmp .
+	mv $@.tmp $@
+
+# Helm for the chart tests; the version and the Kubernetes version it assumes
+# by default (from its client-go, as Helm's own build sets them).
+$(HELM): test/tools/helm/go.mod test/tools/helm/go.sum
+	@mkdir -p $(dir $@)
+	cd test/tools/helm && go build -o $@.tmp \
+	  -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	            -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	            -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37" \
+	  helm.sh/helm/v3/cmd/helm
 	mv $@.tmp $@
 
 # go install verifies each tool against its own go.sum; the directory name
