@@ -3,6 +3,10 @@
 // root:demo-provider, ferry-broker and ferry-edge. It writes DIR/env and
 // runs until Ctrl-C or SIGTERM, then stops every process it started.
 // Start it with `make demo`.
+//
+// It restarts ferry-broker and ferry-edge when they die, as a kubelet would
+// (supervise.go), so that one can kill them and watch them catch up; kcp,
+// etcd and kube-apiserver are fail-stop: when one exits, the demo stops.
 package main
 
 import (
@@ -10,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -121,6 +126,14 @@ func run(dir string) (err error) {
 
 	step("starting ferry-broker")
 	edgeIdentity := devpki.IdentityFor("edge")
+	// Broker and edge share the host: their metrics, health and (edge)
+	// admin listeners get explicit addresses instead of the flags'
+	// defaults, the same on every restart.
+	addrs, err := loopbackAddresses(ctx, 5)
+	if err != nil {
+		return err
+	}
+	brokerMetrics, brokerHealth, edgeMetrics, edgeHealth, edgeAdmin := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4]
 	broker, err := framework.StartBroker(ctx, bins, framework.BrokerOptions{
 		Dir: dir, LogDir: logDir, PKIDir: pkiDir, KCPKubeconfig: kcp.Kubeconfig,
 		Config: config.Config{
@@ -130,20 +143,41 @@ func run(dir string) (err error) {
 			}},
 			Admins: []string{devpki.IdentityFor("admin")},
 		},
+		ExtraArgs: []string{"--metrics-bind-address", brokerMetrics, "--health-probe-bind-address", brokerHealth},
 	})
 	if err != nil {
 		return err
 	}
-	started.push(func() error { return broker.Stop(20 * time.Second) })
+	brokerOpts := broker.Opts // the same port and configuration on every restart
+	brokerSup := newSupervisor("ferry-broker", func(ctx context.Context) (child, error) {
+		b, err := framework.StartBroker(ctx, bins, brokerOpts)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}, os.Stdout)
+	brokerSup.pidFile = filepath.Join(dir, "broker.pid")
+	started.push(brokerSup.supervise(ctx, broker))
+	fmt.Printf("    pid %d, serving at %s (restarted if it dies)\n", broker.Pid(), broker.Address)
 
 	step("starting ferry-edge")
 	edgeOpts := framework.EdgeOptionsFor(pkiDir, "edge")
 	edgeOpts.Name, edgeOpts.LogDir, edgeOpts.BrokerAddress, edgeOpts.Kubeconfig = "edge", logDir, broker.Address, svc.Kubeconfig
+	edgeOpts.ExtraArgs = []string{"--metrics-bind-address", edgeMetrics, "--health-probe-bind-address", edgeHealth, "--admin-bind-address", edgeAdmin}
 	edge, err := framework.StartEdge(bins, edgeOpts)
 	if err != nil {
 		return err
 	}
-	started.push(func() error { return edge.Stop(20 * time.Second) })
+	edgeSup := newSupervisor("ferry-edge", func(context.Context) (child, error) {
+		e, err := framework.StartEdge(bins, edgeOpts)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}, os.Stdout)
+	edgeSup.pidFile = filepath.Join(dir, "edge.pid")
+	started.push(edgeSup.supervise(ctx, edge))
+	fmt.Printf("    pid %d (restarted if it dies)\n", edge.Pid())
 
 	conn, err := framework.DialBroker(broker.Address, pkiDir, "admin")
 	if err != nil {
@@ -188,7 +222,11 @@ func run(dir string) (err error) {
 	step("creating ManagedDatabase default/orders in root:" + consumerWorkspace)
 	consumerCfg := rest.CopyConfig(kcp.Config)
 	consumerCfg.Host = kcpBase + "/clusters/" + consumer.String()
-	if err := framework.ApplyFile(ctx, consumerCfg, filepath.Join(examples, "database-object.yaml")); err != nil {
+	objectFile, err := filepath.Abs(filepath.Join(examples, "database-object.yaml"))
+	if err != nil {
+		return err
+	}
+	if err := framework.ApplyFile(ctx, consumerCfg, objectFile); err != nil {
 		return err
 	}
 	local, err := waitLocalDatabase(ctx, svc.Config)
@@ -211,11 +249,28 @@ export FERRY_ADMIN_CERT=%q
 export FERRY_ADMIN_KEY=%q
 export GRPCURL=%q
 export KCP_SERVER=%q
+export BROKER_PIDFILE=%q
+export EDGE_PIDFILE=%q
+export BROKER_METRICS_ADDR=%q
+export BROKER_HEALTH_ADDR=%q
+export EDGE_METRICS_ADDR=%q
+export EDGE_HEALTH_ADDR=%q
+export EDGE_ADMIN_ADDR=%q
+# the admin API recipes' object (README): default/orders and its local copy
+export EDGE_IDENTITY=%q
+export OBJ_WORKSPACE=%q
+export OBJ_RESOURCE=manageddatabases
+export OBJ_NAMESPACE=default
+export OBJ_NAME=orders
+export OBJ_CLUSTER=%q
+export LOCAL_NAMESPACE=%q
+export LOCAL_NAME=%q
 `, kcp.Kubeconfig, svc.Kubeconfig, broker.Address,
 		filepath.Join(pkiDir, devpki.CACertFile),
 		devpki.CertFile(pkiDir, "edge"), devpki.KeyFile(pkiDir, "edge"),
 		devpki.CertFile(pkiDir, "admin"), devpki.KeyFile(pkiDir, "admin"),
-		bins.Grpcurl, kcpBase)
+		bins.Grpcurl, kcpBase, brokerSup.pidFile, edgeSup.pidFile, brokerMetrics, brokerHealth, edgeMetrics, edgeHealth, edgeAdmin,
+		edgeIdentity, consumer.String(), local.GetLabels()[naming.LabelRemoteCluster], local.GetNamespace(), local.GetName())
 	if err := os.WriteFile(envFile, []byte(env), 0o644); err != nil {
 		return err
 	}
@@ -231,6 +286,15 @@ In another shell:
 
   # the broker's view of its edges, with the admin certificate
   $GRPCURL -cacert $FERRY_CA -cert $FERRY_ADMIN_CERT -key $FERRY_ADMIN_KEY $BROKER_ADDR ferry.v1alpha1.AdminService/ListEdges
+
+  # metrics, and readiness with each check, of the broker and of the edge
+  curl -s http://$BROKER_METRICS_ADDR/metrics | grep ^ferry_
+  curl -s "http://$BROKER_HEALTH_ADDR/readyz?verbose"
+  curl -s http://$EDGE_METRICS_ADDR/metrics | grep ^ferry_
+  curl -s "http://$EDGE_HEALTH_ADDR/readyz?verbose"
+
+  # the edge's own read-only admin API (plaintext, loopback only)
+  $GRPCURL -plaintext $EDGE_ADMIN_ADDR describe ferry.v1alpha1.EdgeAdminService
 
   # the service cluster: the sample CRD and its PublishedResource
   kubectl --kubeconfig $SERVICE_KUBECONFIG get publishedresources
@@ -252,23 +316,50 @@ In another shell:
     -p '{"status":{"phase":"Ready","endpoint":"orders.db.example.com:5432"}}'
   kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s get manageddatabase orders -n default -o jsonpath='{.status}'
 
-Logs: %[3]s
-Press Ctrl-C to stop.
-`, envFile, providerWorkspace, logDir, consumerWorkspace, exportName, local.GetNamespace(), local.GetName())
+  # break it: ferry-broker (pid %[9]d) and ferry-edge (pid %[10]d) are restarted %[11]s after they die (later if they
+  # keep crashing), with a line here; kcp, etcd and kube-apiserver are not (when one dies, the demo stops).
+  # Kill the edge and create an object in kcp while it is down; it arrives once the edge is back:
+  kill -9 $(cat $EDGE_PIDFILE); sed 's/orders/payments/g' %[8]s | kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s create -f -
+  kubectl --kubeconfig $SERVICE_KUBECONFIG get databases -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.metadata.name,KCP NAME:.metadata.annotations.ferry\.dev/remote-name'
+  kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s get secret payments-connection -n default
+  # the same with the broker:
+  kill -9 $(cat $BROKER_PIDFILE); sed 's/orders/invoices/g' %[8]s | kubectl --kubeconfig $KCP_KUBECONFIG --server $KCP_SERVER/clusters/root:%[4]s create -f -
+  kubectl --kubeconfig $SERVICE_KUBECONFIG get databases -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.metadata.name,KCP NAME:.metadata.annotations.ferry\.dev/remote-name'
 
+Logs: %[3]s (a restarted process appends to its log)
+Press Ctrl-C to stop.
+`, envFile, providerWorkspace, logDir, consumerWorkspace, exportName, local.GetNamespace(), local.GetName(),
+		objectFile, brokerSup.Pid(), edgeSup.Pid(), edgeSup.initialDelay)
+
+	// The ferry processes are supervised; the servers are fail-stop.
 	select {
 	case <-ctx.Done():
-	case <-broker.Exited():
-		return fmt.Errorf("ferry-broker exited: %v (log %s)", broker.ExitErr(), broker.LogFile)
-	case <-edge.Exited():
-		return fmt.Errorf("ferry-edge exited: %v (log %s)", edge.ExitErr(), edge.LogFile)
 	case <-kcp.Exited():
 		return fmt.Errorf("kcp exited: %v (log %s)", kcp.ExitErr(), kcp.LogFile)
+	case <-svc.Etcd.Exited():
+		return fmt.Errorf("etcd exited: %v (log %s)", svc.Etcd.ExitErr(), svc.Etcd.LogFile)
+	case <-svc.APIServer.Exited():
+		return fmt.Errorf("kube-apiserver exited: %v (log %s)", svc.APIServer.ExitErr(), svc.APIServer.LogFile)
 	}
 	return nil
 }
 
 func step(msg string) { fmt.Println("==> " + msg) }
+
+// loopbackAddresses returns n distinct free host:port addresses on
+// 127.0.0.1 (all held open until all are chosen).
+func loopbackAddresses(ctx context.Context, n int) ([]string, error) {
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
 
 // waitLocalDatabase waits for the local copy of root:demo-consumer's
 // default/orders (found by the labels the edge puts on copies).
