@@ -33,6 +33,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/replicate"
 	"github.com/ferry-dev/ferry/pkg/link"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 )
 
 // VirtualWorkspaceWatcher reports an APIExport's virtual workspace URL on
@@ -73,6 +74,8 @@ type Options struct {
 	InventoryGate time.Duration
 	// Log receives logs.
 	Log logr.Logger
+	// Metrics of the engine's export; nil records none.
+	Metrics *metrics.Export
 }
 
 // Engine is one APIExport's sync engine. Create with New, then Run.
@@ -92,6 +95,9 @@ type Engine struct {
 	vwURL string
 	// vwKnown tells whether the watch reported the URL at least once.
 	vwKnown bool
+
+	// admin is the admin API's bookkeeping (objectstate.go).
+	admin adminState
 }
 
 // New returns an engine; nothing runs before Run.
@@ -101,8 +107,11 @@ func New(o Options) *Engine {
 	e.intents = replicate.NewIntents(o.Epoch, o.Window, wake)
 	e.mgr = replicate.NewManager(replicate.Options{
 		KCP: o.KCP, EdgeName: o.EdgeName, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
+		Metrics: o.Metrics,
 	})
 	e.reports = newReportWorker(e.mgr, e.control, o.Log.WithName("reports"))
+	e.reports.metrics = o.Metrics
+	e.reports.records = &e.admin.records
 	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr)
 	e.publisher.allowRelated = o.AllowRelated
 	if e.publisher.allowRelated == nil {
@@ -153,6 +162,7 @@ func (e *Engine) Attach(sink Sink) (detach func()) {
 	e.sink = sink
 	e.mu.Unlock()
 	e.attachments.Add(1)
+	e.opts.Metrics.Attached()
 	e.mgr.Attach()
 	var once sync.Once
 	return func() {
@@ -194,6 +204,7 @@ func (e *Engine) NextIntent() (*ferryv1.ConnectResponse, bool) {
 	if in == nil {
 		return nil, false
 	}
+	e.opts.Metrics.IntentSent(metrics.OperationLabel(in))
 	if log := e.opts.Log.V(4); log.Enabled() {
 		log.Info("sending intent", "object", replicate.KeyString(in.GetKey()), "operation", operationName(in),
 			"sequence", in.GetVersion().GetSequence(), "resourceVersion", in.GetVersion().GetResourceVersion())
@@ -218,12 +229,13 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectResponse, size, limit int) {
 		Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE,
 		Message: tooLargeMessage(size, limit),
 	}})
+	e.recordTooLarge(in, size, limit)
 }
 
 // Status describes the engine for the admin API.
 func (e *Engine) Status() *ferryv1.EngineStatus {
 	st := e.intents.Stats()
-	return &ferryv1.EngineStatus{
+	s := &ferryv1.EngineStatus{
 		StartedAt:       timestamppb.New(e.started),
 		Attachments:     e.attachments.Load(),
 		KcpLists:        e.mgr.Lists(),
@@ -231,6 +243,17 @@ func (e *Engine) Status() *ferryv1.EngineStatus {
 		OutboxInFlight:  uint32(st.InFlight),
 		Objects:         uint32(e.mgr.Objects()),
 		RefusedMessages: e.mgr.Refused(),
+	}
+	e.adminStatus(s)
+	return s
+}
+
+// MetricsState describes the engine for the metrics collector.
+func (e *Engine) MetricsState() *metrics.EngineState {
+	st := e.intents.Stats()
+	return &metrics.EngineState{
+		Pending: st.Pending, InFlight: st.InFlight, OldestInFlight: st.OldestInFlight,
+		Objects: e.mgr.ObjectsByResource(), Refused: e.mgr.Refused(),
 	}
 }
 

@@ -66,6 +66,7 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 		if m.Inventory.GetPublishedResource() == "" {
 			return status.Error(codes.InvalidArgument, "Inventory needs published_resource")
 		}
+		e.admin.records.inventory(m.Inventory)
 		e.mgr.Inventory(m.Inventory)
 		return nil
 	case *ferryv1.ConnectRequest_Hello:
@@ -79,7 +80,7 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 
 // intentResult takes the edge's ack or nack.
 func (e *Engine) intentResult(r *ferryv1.IntentResult) {
-	in := e.intents.Done(r.GetKey(), r.GetRelatedTo(), r.GetVersion())
+	in, queued := e.intents.Answer(r.GetKey(), r.GetRelatedTo(), r.GetVersion())
 	if log := e.opts.Log.V(4); log.Enabled() {
 		log.Info("intent answered", "object", replicate.KeyString(r.GetKey()), "sequence", r.GetVersion().GetSequence(),
 			"stale", in == nil, "error", r.GetError().GetMessage())
@@ -87,6 +88,8 @@ func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	if in == nil {
 		return // stale: answered already, or another stream's
 	}
+	e.admin.records.answered(in, r)
+	e.opts.Metrics.IntentAnswered(r.GetError(), queued)
 	pr := in.GetPublishedResource()
 	log := e.opts.Log
 	if rt := in.GetRelatedTo(); rt != nil {

@@ -20,6 +20,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
 	"github.com/ferry-dev/ferry/pkg/watching"
@@ -84,6 +85,22 @@ type reportTask struct {
 	relatedFailure bool                         // the nack is about a related object of key
 }
 
+// kind is the task's report kind for metrics; failures are the broker's
+// own records of nacks, not edge reports.
+func (t reportTask) kind() string {
+	switch {
+	case t.failure != nil:
+		return ""
+	case t.deletion:
+		return "deletion"
+	case t.resend != nil:
+		return "resend"
+	case t.related != nil:
+		return "related"
+	}
+	return "status"
+}
+
 // reportWorker applies the edge's status reports, related object reports
 // and deletion confirmations to kcp off the stream loop. Per object and kind
 // only the latest report is applied (an older one is answered at once);
@@ -91,9 +108,12 @@ type reportTask struct {
 // permanent ones are answered with a final error; each report is answered
 // exactly once, through send (the attached stream's control lane).
 type reportWorker struct {
-	mgr  *replicate.Manager
-	send func(*ferryv1.ConnectResponse)
-	log  logr.Logger
+	mgr     *replicate.Manager
+	send    func(*ferryv1.ConnectResponse)
+	log     logr.Logger
+	metrics *metrics.Export
+	// records learns the answers for the admin API; nil records none.
+	records *objectRecords
 
 	mu     sync.Mutex
 	latest map[string]reportTask
@@ -110,6 +130,9 @@ func newReportWorker(mgr *replicate.Manager, send func(*ferryv1.ConnectResponse)
 }
 
 func (w *reportWorker) add(t reportTask) {
+	if kind := t.kind(); kind != "" {
+		w.metrics.ReportReceived(kind)
+	}
 	k := replicate.KeyString(t.key)
 	switch {
 	case t.deletion:
@@ -169,6 +192,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		if !ok {
 			w.log.Info("edge report for a resource this edge does not sync; dropped", "object", replicate.KeyString(t.key))
 			w.queue.Forget(k)
+			w.metrics.ReportDone(t.kind(), false)
 			w.answer(&ferryv1.ReportResult{ReportId: t.id, Error: &ferryv1.ApplyError{
 				Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED,
 				Message: fmt.Sprintf("%s is not synced by this edge", replicate.KeyString(t.key)),
@@ -220,6 +244,8 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		w.retry(k, t)
 		return // answered once it succeeds or fails for good
 	}
+	w.metrics.ReportDone(t.kind(), answer.Error == nil)
+	w.records.reported(t.key, t.deletion, answer)
 	w.answer(answer)
 }
 

@@ -41,6 +41,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/refindex"
 	"github.com/ferry-dev/ferry/pkg/related"
@@ -83,6 +84,8 @@ type Options struct {
 	// stream attaches until the edge's inventory for it is complete, or for
 	// at most this long.
 	InventoryGate time.Duration
+	// Metrics of the export; nil records none.
+	Metrics *metrics.Export
 }
 
 // Manager runs one session's watches. Create with NewManager, then Run.
@@ -123,6 +126,12 @@ type Manager struct {
 	// attached tells whether an edge stream is attached; gates close on
 	// every attach.
 	attached bool
+	// resyncSince is when the current comparison with the edge's inventory
+	// began: the stream's attachment, or an admin Resync (resync duration).
+	resyncSince time.Time
+	// resyncing holds the objects compared with the edge's inventory and
+	// not processed since, for the resync metrics (only with Metrics).
+	resyncing map[item]struct{}
 	// appliedHash holds, per primary object, the content hash the edge is
 	// known to have applied (from its inventory or an ack); it outlives
 	// streams. sentHash holds the hash (or "delete") last queued, so an
@@ -158,6 +167,10 @@ type Manager struct {
 	// or deleted in kcp is written again from the report.
 	relReports map[item]*ferryv1.RelatedObjectReport
 	relCopies  map[string]item
+
+	// resyncActive is the resync an admin asked for, while it runs;
+	// resyncLast the last one (resync.go).
+	resyncActive, resyncLast *Resync
 }
 
 // item is a primary object (related empty) or one of its related[]
@@ -185,6 +198,7 @@ func NewManager(o Options) *Manager {
 		inventory:   map[string]map[string]string{},
 		appliedHash: map[item]string{},
 		sentHash:    map[item]string{},
+		resyncing:   map[item]struct{}{},
 		copies:      map[item]*ferryv1.ObjectKey{},
 		inventoried: map[string]bool{},
 		unlisted:    map[string]map[string]string{},
@@ -320,6 +334,8 @@ func (m *Manager) Attach() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.attached = true
+	m.resyncSince = time.Now()
+	clear(m.resyncing)
 	clear(m.inventoried)
 	clear(m.inventory)
 	clear(m.unlisted)
@@ -336,6 +352,7 @@ func (m *Manager) Detach() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.attached = false
+	m.finishResyncLocked(ErrResyncAborted)
 }
 
 // CountRefused counts one more refused edge message (see Refused).
@@ -359,6 +376,17 @@ func (m *Manager) Objects() int {
 	return n
 }
 
+// ObjectsByResource is Objects per PublishedResource.
+func (m *Manager) ObjectsByResource() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int, len(m.running))
+	for pr, w := range m.running {
+		out[pr] = len(w.store.ListKeys())
+	}
+	return out
+}
+
 // openLocked opens pr's gate and re-evaluates all its objects, and the
 // copies the edge may hold of objects that are gone.
 func (m *Manager) openLocked(pr string) {
@@ -369,6 +397,7 @@ func (m *Manager) openLocked(pr string) {
 		}
 	}
 	m.queueCopiesLocked(pr)
+	m.resyncOpenedLocked(pr)
 }
 
 // queueCopiesLocked queues the objects of pr whose copies the edge may hold.
@@ -393,6 +422,7 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 		entries = map[string]string{}
 		m.inventory[pr] = entries
 	}
+	m.resyncInventoryLocked(pr, len(inv.GetEntries()))
 	for _, e := range inv.GetEntries() {
 		// The UID is part of the key: a copy of an older object by the
 		// same name does not count as applied.
@@ -424,13 +454,18 @@ func (m *Manager) compareInventoryLocked(pr string, w *watcher, entries map[stri
 			delete(m.appliedHash, it)
 		}
 	}
-	for _, raw := range w.store.List() {
+	objects := w.store.List()
+	for _, raw := range objects {
 		obj := raw.(*unstructured.Unstructured)
 		k := clusterKeyOf(obj)
 		if h, ok := entries[k+"|"+string(obj.GetUID())]; ok && h != "" {
 			m.appliedHash[item{pr: pr, key: k}] = h
 		}
+		if m.opts.Metrics != nil {
+			m.resyncing[item{pr: pr, key: k}] = struct{}{}
+		}
 	}
+	m.opts.Metrics.Resynced(m.resyncSince, len(objects))
 	m.opts.Log.Info("edge inventory complete", "publishedResource", pr, "objects", len(entries))
 	m.openLocked(pr)
 }
@@ -589,6 +624,7 @@ func (m *Manager) processNext(ctx context.Context) bool {
 		return true
 	}
 	m.queue.Forget(it)
+	m.resyncProcessed(it)
 	return true
 }
 
@@ -612,6 +648,9 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	open := m.open[it.pr]
 	m.mu.Unlock()
 	if !exists {
+		m.mu.Lock()
+		delete(m.resyncing, it)
+		m.mu.Unlock()
 		if open && w.synced.Load() {
 			m.gone(it)
 		}
@@ -659,6 +698,7 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	if applied {
 		m.queueRelatedLocked(it.pr, it.key)
 	}
+	m.resyncedLocked(it, applied)
 	m.mu.Unlock()
 	if applied {
 		// The edge has this state already: a status write or kcp-internal
@@ -694,6 +734,16 @@ func (m *Manager) gone(it item) {
 	m.opts.Log.V(1).Info("object gone from kcp without a confirmed deletion; deleting its copy", "object", KeyString(key))
 	m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: it.pr, Version: &ferryv1.ObjectVersion{},
 		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+}
+
+// resyncedLocked counts the first comparison of it after an inventory
+// comparison (see resyncing): unchanged when the edge has its desired state.
+func (m *Manager) resyncedLocked(it item, unchanged bool) {
+	if _, ok := m.resyncing[it]; !ok {
+		return
+	}
+	delete(m.resyncing, it)
+	m.opts.Metrics.ResyncObject(unchanged)
 }
 
 // markSent records that state (a content hash or "delete") is queued for

@@ -1,6 +1,8 @@
 package replicate
 
 import (
+	"time"
+
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/outbox"
 	"github.com/ferry-dev/ferry/pkg/protocol"
@@ -64,14 +66,21 @@ func (o *Intents) Next() *ferryv1.SyncIntent {
 // Done records the edge's answer to the intent of key (and relatedTo) at
 // version and returns the intent it answers, or nil when the answer is stale.
 func (o *Intents) Done(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo, version *ferryv1.ObjectVersion) *ferryv1.SyncIntent {
+	in, _ := o.Answer(key, relatedTo, version)
+	return in
+}
+
+// Answer is Done that also returns when the answered intent was queued
+// (the start of its sync latency).
+func (o *Intents) Answer(key *ferryv1.ObjectKey, relatedTo *ferryv1.RelatedTo, version *ferryv1.ObjectVersion) (*ferryv1.SyncIntent, time.Time) {
 	if version.GetBrokerEpoch() != o.epoch {
-		return nil
+		return nil, time.Time{}
 	}
 	e, ok := o.box.Ack(protocol.IntentKey(key, relatedTo), version.GetSequence())
 	if !ok {
-		return nil
+		return nil, time.Time{}
 	}
-	return e.Value
+	return e.Value, e.Queued()
 }
 
 // Reset re-queues every unanswered intent (a new stream).

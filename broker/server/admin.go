@@ -22,6 +22,9 @@ type adminService struct {
 	cfg      *config.Config
 	registry *session.Registry
 	engines  *engines
+	// workspaces resolves workspace paths for GetObjectState; nil accepts
+	// logical cluster names only.
+	workspaces WorkspaceResolver
 }
 
 var _ ferryv1.AdminServiceServer = (*adminService)(nil)
@@ -50,7 +53,15 @@ func (a *adminService) ListEdges(ctx context.Context, _ *ferryv1.ListEdgesReques
 			edge.LastSeen = timestamppb.New(s.LastSeen())
 			edge.ProtocolVersion = s.ProtocolVersion
 			edge.EdgeVersion = s.EdgeVersion
+			edge.Capabilities = s.Capabilities
 			st := s.ExportState()
+			if eng, ok := a.engines.get(e.APIExport); ok {
+				// The engine follows the virtual workspace; the session
+				// only knows it from the handshake.
+				if url, known := eng.VirtualWorkspaceURL(); known {
+					st.VirtualWorkspaceURL = url
+				}
+			}
 			edge.ExportStatus = engine.ExportStatus(s.Export, st.LogicalCluster, st.VirtualWorkspaceURL)
 		}
 		if e, ok := a.engines.get(e.APIExport); ok {

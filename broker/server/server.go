@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,6 +32,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/session"
 	"github.com/ferry-dev/ferry/pkg/logging"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 )
 
 // Options configure a Server. All fields are required.
@@ -59,6 +61,11 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Log receives the server's logs.
 	Log logr.Logger
+	// Metrics records the broker's metrics; nil records none.
+	Metrics *metrics.Broker
+	// EdgeLeases configure the Lease per configured edge in kcp; a zero
+	// value writes none.
+	EdgeLeases EdgeLeaseOptions
 }
 
 // Server is the broker's gRPC server.
@@ -68,6 +75,9 @@ type Server struct {
 	health   *health.Server
 	registry *session.Registry
 	engines  *engines
+	leases   *edgeLeases
+	// serving is true while the gRPC server accepts streams (readiness).
+	serving atomic.Bool
 }
 
 // New builds a server; Serve runs it.
@@ -80,9 +90,11 @@ func New(o Options) *Server {
 		return engine.New(engine.Options{
 			Export: export, LogicalCluster: logicalCluster, EdgeName: agent, KCP: o.KCP, Publisher: o.Publisher, AllowRelated: allowRelated(o.Config, export),
 			Watcher: o.Resolver, Epoch: epoch, Window: o.InFlightWindow, InventoryGate: inventoryGate,
-			Log: log.WithName("engine").WithValues(logging.KeyExport, export.String(), logging.KeyAgent, agent),
+			Log:     log.WithName("engine").WithValues(logging.KeyExport, export.String(), logging.KeyAgent, agent),
+			Metrics: o.Metrics.Export(export.String()),
 		})
 	})
+	leases := newEdgeLeases(o)
 	ferryv1.RegisterSyncServiceServer(g, &syncService{
 		cfg:               o.Config,
 		registry:          registry,
@@ -92,12 +104,14 @@ func New(o Options) *Server {
 		heartbeatInterval: o.HeartbeatInterval,
 		maxMessageBytes:   o.MaxMessageBytes,
 		log:               log,
+		metrics:           o.Metrics,
+		leases:            leases,
 	})
-	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry, engines: engs})
+	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver)})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
-	return &Server{opts: o, grpc: g, health: hs, registry: registry, engines: engs}
+	return &Server{opts: o, grpc: g, health: hs, registry: registry, engines: engs, leases: leases}
 }
 
 // inventoryGate is how long an engine waits for an edge's inventory after a
@@ -114,7 +128,7 @@ func newGRPCServer(o Options) *grpc.Server {
 		o.Log.Error(nil, "recovered from a panic in a gRPC handler", "panic", p)
 		return status.Error(codes.Internal, "internal error in the broker (logged)")
 	})}
-	return grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(o.TLS)),
 		grpc.MaxRecvMsgSize(int(o.MaxMessageBytes)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
@@ -127,7 +141,11 @@ func newGRPCServer(o Options) *grpc.Server {
 			grpclogging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recoverOpts...),
 		),
-	)
+	}
+	if o.Metrics != nil {
+		opts = append(opts, grpc.StatsHandler(o.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)))
+	}
+	return grpc.NewServer(opts...)
 }
 
 // Serve accepts connections on lis until ctx ends, then shuts down: health
@@ -138,12 +156,18 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.health.SetServingStatus(ferryv1.SyncService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.opts.Log.Info("broker serving", logging.KeyAddress, lis.Addr().String())
 
+	s.serving.Store(true)
+	defer s.serving.Store(false)
 	engineCtx, stopEngines := context.WithCancel(ctx)
 	defer func() {
 		stopEngines()
 		s.engines.wait()
 	}()
 	s.engines.start(engineCtx)
+	// Deferred after the engines' stop: runs once the streams have ended,
+	// so their Disconnected Leases are written before the broker exits.
+	stopLeases := s.leases.start(ctx)
+	defer stopLeases()
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
 
@@ -153,6 +177,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.opts.Log.Info("broker shutting down")
+	s.serving.Store(false)
 	s.health.Shutdown()
 	s.registry.Close()
 	stopped := make(chan struct{})
@@ -172,6 +197,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	return nil
 }
+
+// Serving tells whether the server accepts edge streams: between Serve's
+// start and the beginning of its shutdown.
+func (s *Server) Serving() bool { return s.serving.Load() }
 
 // newEpoch returns a random non-zero broker epoch.
 func newEpoch() uint64 {

@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/session"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/logging"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
@@ -47,6 +48,8 @@ type syncService struct {
 	heartbeatInterval time.Duration
 	maxMessageBytes   uint32
 	log               logr.Logger
+	metrics           *metrics.Broker
+	leases            *edgeLeases
 }
 
 var _ ferryv1.SyncServiceServer = (*syncService)(nil)
@@ -68,6 +71,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	ctx := stream.Context()
 	id, addr, err := identityFrom(ctx)
 	if err != nil {
+		s.metrics.HandshakeRefused(refusedUnauthenticated)
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
 	log := s.log.WithValues(logging.KeyIdentity, id, logging.KeyPeer, addr)
@@ -75,6 +79,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	edgeCfg, ok := s.cfg.EdgeFor(id)
 	if !ok {
 		log.Info("refused edge: identity not configured")
+		s.metrics.HandshakeRefused(refusedNotConfigured)
 		return status.Errorf(codes.PermissionDenied,
 			"identity %q is not configured at this broker: add it to edges[] in the broker configuration", id)
 	}
@@ -89,13 +94,16 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 
 	hello, err := receiveHello(r)
 	if err != nil {
+		s.metrics.HandshakeRefused(refusedHandshakeTimeout)
 		return err
 	}
 	if err := protocol.ValidateEdgeHello(hello); err != nil {
+		s.metrics.HandshakeRefused(refusedBadHello)
 		return status.Errorf(codes.InvalidArgument, "invalid EdgeHello: %v", err)
 	}
 	negotiated, err := protocol.NegotiateVersion(hello.GetProtocolVersion())
 	if err != nil {
+		s.metrics.HandshakeRefused(refusedProtocolVersion)
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	log = log.WithValues(logging.KeyAgent, hello.GetAgentName())
@@ -105,8 +113,10 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		log.Error(err, "cannot resolve the APIExport in kcp")
 		var nf *kcp.NotFoundError
 		if errors.As(err, &nf) {
+			s.metrics.HandshakeRefused(refusedExportNotFound)
 			return status.Error(codes.FailedPrecondition, err.Error())
 		}
+		s.metrics.HandshakeRefused(refusedKCPUnavailable)
 		return status.Errorf(codes.Unavailable, "cannot reach kcp: %v", err)
 	}
 
@@ -129,8 +139,10 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	switch {
 	case errors.As(err, &held):
 		log.Info("refused edge: APIExport already served", logging.KeyHolder, held.Holder.Identity)
+		s.metrics.HandshakeRefused(refusedExportHeld)
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case err != nil:
+		s.metrics.HandshakeRefused(refusedShuttingDown)
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	defer release()
@@ -164,11 +176,12 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	}
 	log = log.WithValues(logging.KeySession, sess.ID)
 	log.Info("edge connected", logging.KeyProtocolVersion, negotiated, logging.KeyLogicalCluster, state.LogicalCluster)
+	edgeLease := s.leases.connected(sess, edgeCfg, eng, interval)
 
 	maxSend := int(sess.EdgeMaxMessageBytes)
 	loop.Receiver = r
 	loop.Send = stream.Send
-	loop.Handle = eng.Handle
+	loop.Handle = edgeLease.observe(eng.Handle)
 	loop.OnReceive = func() { sess.Seen(time.Now()) }
 	loop.Bulk = eng.NextIntent
 	loop.BulkReady = eng.BulkReady()
@@ -190,6 +203,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		err = status.FromContextError(ctx.Err()).Err()
 	}
 	log.Info("edge disconnected", logging.KeyReason, errorText(err))
+	edgeLease.disconnected(err)
 	return err
 }
 

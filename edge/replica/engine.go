@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
@@ -65,6 +66,8 @@ type Options struct {
 	// RelatedClusterWide caches related kinds in the whole cluster instead
 	// of per namespace ferry may use (relatedwatch.go).
 	RelatedClusterWide bool
+	// Metrics records the edge's metrics; nil records none.
+	Metrics *metrics.Edge
 }
 
 // Sink is the attached stream's control lane (link.Loop.Control): it never
@@ -110,6 +113,9 @@ type Engine struct {
 	// relWaiting holds references waiting for a related informer to list
 	// (by waitKey).
 	relWaiting map[string]map[relKey]struct{}
+
+	// admin is the admin view's bookkeeping (objectstate.go).
+	admin adminState
 }
 
 type localWatch struct {
@@ -274,6 +280,8 @@ func (e *Engine) sendInventoryLocked(w *localWatch) {
 			AppliedResourceVersion: u.GetAnnotations()[naming.AnnotationResourceVersion],
 			AppliedHash:            u.GetAnnotations()[naming.AnnotationContentHash],
 			PublishedResource:      w.pub.Name,
+			LocalNamespace:         u.GetNamespace(),
+			LocalName:              u.GetName(),
 		})
 	}
 	for {
@@ -304,6 +312,7 @@ func remoteIndexKey(remote naming.Remote) string {
 
 // Handle takes a sync intent from the broker (latest wins per object).
 func (e *Engine) Handle(in *ferryv1.SyncIntent) {
+	e.opts.Metrics.IntentReceived(in)
 	k := protocol.IntentKey(in.GetKey(), in.GetRelatedTo())
 	e.mu.Lock()
 	e.latest[k] = in
@@ -381,7 +390,10 @@ func (e *Engine) next(ctx context.Context) bool {
 	if ready, why := e.ready(in); !ready {
 		// Answered at once, so this resource's intents never fill the
 		// broker's window; the broker retries with backoff.
-		e.result(nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY, true, "%s", why))
+		res := nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY, true, "%s", why)
+		e.opts.Metrics.IntentDone(in, res)
+		e.recordHandled(in, res)
+		e.result(res)
 		return true
 	}
 	var res *ferryv1.IntentResult
@@ -395,6 +407,8 @@ func (e *Engine) next(ctx context.Context) bool {
 		log.Info("intent handled", "object", k, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
 			"local", nsName(res.GetLocalNamespace(), res.GetLocalName()), "error", res.GetError().GetMessage())
 	}
+	e.opts.Metrics.IntentDone(in, res)
+	e.recordHandled(in, res)
 	e.result(res)
 	return true
 }

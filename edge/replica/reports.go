@@ -77,6 +77,9 @@ func withReportID(m *ferryv1.ConnectRequest, id uint64) *ferryv1.ConnectRequest 
 // ReportResult takes the broker's answer to a report.
 func (e *Engine) ReportResult(r *ferryv1.ReportResult) {
 	entry, ok := e.reports.AckSeq(r.GetReportId())
+	if ok {
+		e.opts.Metrics.ReportAnswered(r, entry.Queued())
+	}
 	if ok && r.GetError() != nil {
 		e.opts.Log.Info("broker could not apply a report (final)", "report", entry.Key, "message", r.GetError().GetMessage())
 	}
@@ -112,7 +115,10 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectRequest, size, limit int) {
 }
 
 // report queues a report as the latest for its key.
-func (e *Engine) report(key string, m *ferryv1.ConnectRequest) { e.reports.Put(key, m) }
+func (e *Engine) report(key string, m *ferryv1.ConnectRequest) {
+	e.opts.Metrics.ReportQueued(m)
+	e.reports.Put(key, m)
+}
 
 func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
 	u, ok := obj.(*unstructured.Unstructured)

@@ -23,6 +23,9 @@ type Handler struct {
 	mu sync.Mutex
 	// publishes holds the publish store's messages not sent yet.
 	publishes []*ferryv1.ConnectRequest
+
+	// link is the broker link's state for the admin view (status.go).
+	link linkState
 }
 
 var _ stream.Handler = (*Handler)(nil)
@@ -40,12 +43,14 @@ func (h *Handler) Connected(hello *ferryv1.BrokerHello, control stream.Sink) {
 	h.mu.Unlock()
 	h.Replica.Connected(control)
 	h.Publish.Connected(hello)
+	h.link.connected(hello)
 }
 
 // Disconnected implements stream.Handler.
 func (h *Handler) Disconnected() {
 	h.Publish.Disconnected()
 	h.Replica.Disconnected()
+	h.link.disconnected()
 }
 
 // Ready implements stream.Handler.
@@ -71,8 +76,14 @@ func (h *Handler) Next() (*ferryv1.ConnectRequest, bool) {
 // Handle implements stream.Handler.
 func (h *Handler) Handle(msg *ferryv1.ConnectResponse) error {
 	switch m := msg.GetMessage().(type) {
-	case *ferryv1.ConnectResponse_PublishResult, *ferryv1.ConnectResponse_ExportStatus:
+	case *ferryv1.ConnectResponse_PublishResult:
 		return h.Publish.Handle(msg)
+	case *ferryv1.ConnectResponse_ExportStatus:
+		h.link.exportChanged(m.ExportStatus)
+		return h.Publish.Handle(msg)
+	case *ferryv1.ConnectResponse_InventoryRequest:
+		h.Replica.RequestInventory(m.InventoryRequest.GetPublishedResources())
+		return nil
 	case *ferryv1.ConnectResponse_Intent:
 		h.Replica.Handle(m.Intent)
 		return nil

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,6 +26,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/logging"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
@@ -50,6 +52,8 @@ type Options struct {
 	Handler Handler
 	// Log receives the client's logs.
 	Log logr.Logger
+	// Metrics records connects and message sizes; nil records none.
+	Metrics *metrics.Edge
 }
 
 // Handler is the edge's state behind the stream: what to send and what to do
@@ -90,7 +94,13 @@ const (
 // Client keeps one stream to the broker open. Run it once.
 type Client struct {
 	opts Options
+	// connected is true while an accepted stream runs (readiness).
+	connected atomic.Bool
 }
+
+// Connected tells whether the broker accepted the current stream and it
+// still runs.
+func (c *Client) Connected() bool { return c.connected.Load() }
 
 // New returns a client.
 func New(o Options) *Client { return &Client{opts: o} }
@@ -103,6 +113,9 @@ func (c *Client) Run(ctx context.Context) error {
 		accepted, err := c.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if !accepted { // accepted ones are counted at acceptance
+			c.opts.Metrics.StreamAttempt(attemptResult(err))
 		}
 		if accepted && time.Since(started) >= c.opts.StableAfter {
 			c.opts.Backoff.Reset()
@@ -118,15 +131,32 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
+// attemptResult is the result label of a stream attempt the broker did
+// not accept.
+func attemptResult(err error) string {
+	if refused(err) {
+		return "refused"
+	}
+	return "failed"
+}
+
+// refused tells whether the broker refused the edge: an operator must act.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.InvalidArgument:
+		return true
+	}
+	return false
+}
+
 // logStreamEnd logs why a stream ended, loudly when an operator must act.
 func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) {
 	kv := []any{logging.KeyDelay, delay.Round(time.Millisecond).String(), logging.KeyAttempt, attempt}
-	switch status.Code(err) {
-	case codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.InvalidArgument:
+	if refused(err) {
 		log.Error(err, "broker refused this edge; retrying", kv...)
-	default:
-		log.Info("stream to broker ended; reconnecting", append(kv, logging.KeyReason, errorText(err))...)
+		return
 	}
+	log.Info("stream to broker ended; reconnecting", append(kv, logging.KeyReason, errorText(err))...)
 }
 
 // session dials, runs one stream to its end and reports whether the broker
@@ -134,11 +164,15 @@ func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) 
 // reconnect re-reads rotated certificates and follows the backoff above
 // rather than gRPC's internal one.
 func (c *Client) session(ctx context.Context) (accepted bool, err error) {
-	conn, err := grpc.NewClient(c.opts.BrokerAddress,
+	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(c.opts.TLS)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
-	)
+	}
+	if c.opts.Metrics != nil {
+		dialOpts = append(dialOpts, grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)))
+	}
+	conn, err := grpc.NewClient(c.opts.BrokerAddress, dialOpts...)
 	if err != nil {
 		return false, fmt.Errorf("invalid broker address %q: %w", c.opts.BrokerAddress, err)
 	}
@@ -183,6 +217,13 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	loop := link.NewLoop[*ferryv1.ConnectResponse, *ferryv1.ConnectRequest](controlCapacity)
 	c.opts.Handler.Connected(hello, loop)
 	defer c.opts.Handler.Disconnected()
+	c.connected.Store(true)
+	c.opts.Metrics.StreamAttempt("accepted")
+	c.opts.Metrics.Connected(true)
+	defer func() {
+		c.connected.Store(false)
+		c.opts.Metrics.Connected(false)
+	}()
 	maxSend := int(hello.GetMaxReceiveMessageBytes())
 	loop.Receiver = r
 	loop.Send = stream.Send

@@ -39,6 +39,7 @@ func Capabilities() []ferryv1.Capability {
 		ferryv1.Capability_CAPABILITY_STATUS,
 		ferryv1.Capability_CAPABILITY_RELATED_OBJECTS,
 		ferryv1.Capability_CAPABILITY_INVENTORY_RESYNC,
+		ferryv1.Capability_CAPABILITY_INVENTORY_REQUEST,
 	}
 }
 

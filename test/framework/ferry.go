@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -86,6 +87,10 @@ func StartBroker(ctx context.Context, bins Binaries, o BrokerOptions) (*Broker, 
 		return nil, err
 	}
 	b := &Broker{Opts: o, Address: "127.0.0.1:" + strconv.Itoa(o.Port), bin: bins.Broker}
+	obs, err := newObservability()
+	if err != nil {
+		return nil, err
+	}
 	args := append([]string{
 		"--listen-address", b.Address,
 		"--config", cfgFile,
@@ -93,11 +98,12 @@ func StartBroker(ctx context.Context, bins Binaries, o BrokerOptions) (*Broker, 
 		"--tls-cert", devpki.CertFile(o.PKIDir, "broker"),
 		"--tls-key", devpki.KeyFile(o.PKIDir, "broker"),
 		"--client-ca", filepath.Join(o.PKIDir, devpki.CACertFile),
-	}, o.ExtraArgs...)
+	}, append(obs.args(), o.ExtraArgs...)...)
 	b.Process, err = StartProcess(o.Name, bins.Broker, args, nil, o.LogDir)
 	if err != nil {
 		return nil, err
 	}
+	obs.set(b.Process)
 	if err := b.waitServing(ctx); err != nil {
 		_ = b.Stop(10 * time.Second)
 		return nil, err
@@ -118,6 +124,7 @@ func (b *Broker) Restart(ctx context.Context, kill bool) error {
 	if err != nil {
 		return err
 	}
+	p.MetricsAddress, p.HealthAddress = b.MetricsAddress, b.HealthAddress
 	b.Process = p
 	return b.waitServing(ctx)
 }
@@ -194,16 +201,64 @@ func EdgeOptionsFor(pkiDir, client string) EdgeOptions {
 // StartEdge starts ferry-edge. It does not wait for the connection: tests
 // observe it at the broker.
 func StartEdge(bins Binaries, o EdgeOptions) (*Process, error) {
+	obs, err := newObservability()
+	if err != nil {
+		return nil, err
+	}
+	// The admin API's default port would collide between edges too.
+	adminPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	adminAddr := "127.0.0.1:" + strconv.Itoa(adminPort)
+	for i, a := range o.ExtraArgs {
+		// The caller's choice wins (the last flag counts).
+		if a == "--admin-bind-address" && i+1 < len(o.ExtraArgs) {
+			adminAddr = o.ExtraArgs[i+1]
+		} else if v, ok := strings.CutPrefix(a, "--admin-bind-address="); ok {
+			adminAddr = v
+		}
+	}
 	args := append([]string{
 		"--broker-address", o.BrokerAddress,
+		"--admin-bind-address", adminAddr,
 		"--broker-ca", o.CAFile,
 		"--tls-cert", o.CertFile,
 		"--tls-key", o.KeyFile,
 		"--agent-name", o.Name,
 		"--kubeconfig", o.Kubeconfig,
-	}, o.ExtraArgs...)
+	}, append(obs.args(), o.ExtraArgs...)...)
 	// As the Deployment in deploy/ does (POD_NAME from the downward API):
 	// the leader election identity is the instance's name, so an edge
 	// started again under its name takes its Lease back at once.
-	return StartProcess(o.Name, bins.Edge, args, []string{"POD_NAME=" + o.Name}, o.LogDir)
+	p, err := StartProcess(o.Name, bins.Edge, args, []string{"POD_NAME=" + o.Name}, o.LogDir)
+	if err != nil {
+		return nil, err
+	}
+	obs.set(p)
+	p.AdminAddress = adminAddr
+	return p, nil
 }
+
+// observability holds free loopback addresses for a ferry process's
+// metrics and health listeners: several brokers and edges run on one
+// machine, and the defaults would collide.
+type observability struct{ metrics, health string }
+
+func newObservability() (observability, error) {
+	var o observability
+	for _, addr := range []*string{&o.metrics, &o.health} {
+		port, err := FreePort()
+		if err != nil {
+			return o, err
+		}
+		*addr = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	return o, nil
+}
+
+func (o observability) args() []string {
+	return []string{"--metrics-bind-address", o.metrics, "--health-probe-bind-address", o.health}
+}
+
+func (o observability) set(p *Process) { p.MetricsAddress, p.HealthAddress = o.metrics, o.health }

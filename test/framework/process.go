@@ -15,6 +15,12 @@ import (
 type Process struct {
 	Name    string
 	LogFile string
+	// MetricsAddress and HealthAddress are where a ferry process serves
+	// /metrics and /healthz, /readyz (host:port); empty for other programs.
+	MetricsAddress, HealthAddress string
+	// AdminAddress is where an edge serves its local admin API
+	// (EdgeAdminService, plaintext gRPC); empty for other programs.
+	AdminAddress string
 
 	cmd    *exec.Cmd
 	exited chan struct{}

@@ -9,14 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/broker/server"
 	"github.com/ferry-dev/ferry/pkg/cli"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -53,7 +57,16 @@ func run(args []string) error {
 	log := cli.NewLogger("ferry-broker", &opts.Zap)
 	log.Info("starting", "version", version.String())
 
+	m, err := metrics.NewBroker(ctrlmetrics.Registry, metrics.Certificate{Role: "server", File: opts.TLS.CertFile})
+	if err != nil {
+		return err
+	}
+	m.InstrumentClient(completed.KCP, "kcp")
 	kcpClient, err := kcp.NewClient(completed.KCP)
+	if err != nil {
+		return err
+	}
+	kcpReachable, err := cli.APIServerReachable(completed.KCP, "kcp")
 	if err != nil {
 		return err
 	}
@@ -81,7 +94,27 @@ func run(args []string) error {
 		MaxMessageBytes:   opts.MaxMessageBytes,
 		ShutdownTimeout:   opts.ShutdownTimeout,
 		Log:               log,
+		Metrics:           m,
+		EdgeLeases: server.EdgeLeaseOptions{
+			Namespace: opts.EdgeLeaseNamespace, RenewInterval: opts.EdgeLeaseRenewInterval,
+		},
 	})
+	if err := m.RegisterSource(ctrlmetrics.Registry, srv.MetricsSource()); err != nil {
+		return err
+	}
+	if _, err := cli.ServeMetrics(ctx, opts.MetricsAddress, ctrlmetrics.Registry, log); err != nil {
+		return err
+	}
+	serving := func(*http.Request) error {
+		if !srv.Serving() {
+			return errors.New("the gRPC server is not serving (starting or shutting down)")
+		}
+		return nil
+	}
+	if _, err := cli.ServeHealth(ctx, opts.HealthAddress, cli.Checks{"ping": cli.Ping},
+		cli.Checks{"grpc": serving, "kcp": kcpReachable}, log); err != nil {
+		return err
+	}
 	if err := srv.Serve(ctx, lis); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

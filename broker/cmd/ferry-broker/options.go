@@ -4,14 +4,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/server"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
@@ -32,19 +36,29 @@ type Options struct {
 	ClientBurst       int
 	Zap               zap.Options
 	PprofAddress      string
+	MetricsAddress    string
+	HealthAddress     string
+	// EdgeLeaseNamespace and EdgeLeaseRenewInterval: the Lease per edge in
+	// kcp (docs/edge-status.md).
+	EdgeLeaseNamespace     string
+	EdgeLeaseRenewInterval time.Duration
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		ListenAddress:     ":9443",
-		HeartbeatInterval: protocol.DefaultHeartbeatInterval,
-		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
-		ShutdownTimeout:   10 * time.Second,
-		InFlightWindow:    256,
-		EngineIdleTimeout: 15 * time.Minute,
-		ClientQPS:         cli.DefaultClientQPS,
-		ClientBurst:       cli.DefaultClientBurst,
+		ListenAddress:          ":9443",
+		HeartbeatInterval:      protocol.DefaultHeartbeatInterval,
+		MaxMessageBytes:        protocol.DefaultMaxMessageBytes,
+		ShutdownTimeout:        10 * time.Second,
+		InFlightWindow:         256,
+		EngineIdleTimeout:      15 * time.Minute,
+		ClientQPS:              cli.DefaultClientQPS,
+		ClientBurst:            cli.DefaultClientBurst,
+		MetricsAddress:         cli.DefaultMetricsAddress,
+		HealthAddress:          cli.DefaultHealthAddress,
+		EdgeLeaseNamespace:     metav1.NamespaceDefault,
+		EdgeLeaseRenewInterval: server.DefaultEdgeLeaseRenewInterval,
 	}
 }
 
@@ -64,6 +78,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	cli.AddClientRateFlags(fs, &o.ClientQPS, &o.ClientBurst, "kcp")
 	cli.AddLogFlags(fs, &o.Zap)
 	cli.AddProfilingFlag(fs, &o.PprofAddress)
+	cli.AddObservabilityFlags(fs, &o.MetricsAddress, &o.HealthAddress)
+	fs.StringVar(&o.EdgeLeaseNamespace, "edge-lease-namespace", o.EdgeLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease per configured edge that shows whether the edge is connected (kubectl get leases -l app.kubernetes.io/managed-by=ferry-broker); empty writes no Leases.")
+	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 
 // Validate reports every problem with the options at once.
@@ -98,6 +115,14 @@ func (o *Options) Validate() error {
 	}
 	if o.EngineIdleTimeout <= 0 {
 		errs = append(errs, errors.New("--engine-idle-timeout must be positive"))
+	}
+	if o.EdgeLeaseNamespace != "" {
+		if msgs := validation.IsDNS1123Label(o.EdgeLeaseNamespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--edge-lease-namespace %q is not a namespace name: %s", o.EdgeLeaseNamespace, strings.Join(msgs, "; ")))
+		}
+	}
+	if o.EdgeLeaseRenewInterval < protocol.MinHeartbeatInterval {
+		errs = append(errs, fmt.Errorf("--edge-lease-renew-interval must be at least %s", protocol.MinHeartbeatInterval))
 	}
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))

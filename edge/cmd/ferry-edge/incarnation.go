@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,12 +38,14 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
 	"github.com/ferry-dev/ferry/edge/publish"
 	"github.com/ferry-dev/ferry/edge/replica"
 	"github.com/ferry-dev/ferry/edge/session"
 	"github.com/ferry-dev/ferry/edge/stream"
 	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/link"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 )
 
 const (
@@ -90,6 +93,22 @@ type edgeProcess struct {
 	// events records leader election Events on the Lease (the default lock
 	// of controller-runtime did too); nil without --leader-elect.
 	events resourcelock.EventRecorder
+	// metrics are the process's metrics; each incarnation points the state
+	// gauges at its engine.
+	metrics *metrics.Edge
+	// current is the running incarnation, for the readiness probe.
+	current atomic.Pointer[incarnationState]
+	// admin is the edge's local admin API; each incarnation points it at
+	// its own state. nil when not served.
+	admin *edgeadmin.Server
+}
+
+// incarnationState is what the readiness probe reads of an incarnation.
+type incarnationState struct {
+	// leading is set once the incarnation won the Lease (at once without
+	// leader election).
+	leading atomic.Bool
+	stream  *stream.Client
 }
 
 // leaderIdentity is the identity this process holds the Lease under, fixed
@@ -187,10 +206,11 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	wake, pending := link.NewWake()
 	store := publish.NewStore(opts.BrokerAddress, wake)
 	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica"),
-		RelatedClusterWide: opts.RelatedCacheClusterWide})
+		RelatedClusterWide: opts.RelatedCacheClusterWide, Metrics: p.metrics})
 	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("cannot set up the PublishedResource controller: %w", err)
 	}
+	handler := session.NewHandler(store, engine, pending)
 	brokerStream := stream.New(stream.Options{
 		BrokerAddress:     opts.BrokerAddress,
 		TLS:               p.cfg.TLS,
@@ -199,9 +219,14 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 		MaxMessageBytes:   opts.MaxMessageBytes,
 		Backoff:           &backoff.Exponential{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 		StableAfter:       30 * time.Second,
-		Handler:           session.NewHandler(store, engine, pending),
+		Handler:           handler,
 		Log:               log,
+		Metrics:           p.metrics,
 	})
+	state := &incarnationState{stream: brokerStream}
+	p.current.Store(state)
+	p.admin.SetSource(&edgeadmin.Source{Link: handler, Engine: engine, Leading: state.leading.Load})
+	p.metrics.SetSource(engine.MetricsState)
 
 	// The broker link and the sync engine run only on the elected leader,
 	// like the controllers: a standby replica neither connects nor writes.
@@ -220,6 +245,7 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	go func() {
 		select {
 		case <-mgr.Elected():
+			state.leading.Store(true)
 			log.Info("leading: connecting to the broker")
 		case <-ctx.Done():
 		}

@@ -17,10 +17,13 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
 	"github.com/ferry-dev/ferry/edge/publish"
 	"github.com/ferry-dev/ferry/pkg/cli"
+	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -42,6 +45,11 @@ func run(args []string) error {
 	}
 	log := cli.NewLogger("ferry-edge", &opts.Zap)
 	log.Info("starting", "version", version.String(), "broker", opts.BrokerAddress)
+	m, err := metrics.NewEdge(ctrlmetrics.Registry, metrics.Certificate{Role: "client", File: opts.TLS.CertFile})
+	if err != nil {
+		return err
+	}
+	m.InstrumentClient(completed.Service, "service")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -49,6 +57,21 @@ func run(args []string) error {
 		if _, err := cli.ServeProfiles(ctx, opts.PprofAddress, log); err != nil {
 			return err
 		}
+	}
+
+	// Probes and metrics first: installing the CRD may wait for the API
+	// server, and liveness must not fail meanwhile.
+	p := &edgeProcess{cfg: completed, log: log, metrics: m}
+	if _, err := cli.ServeMetrics(ctx, opts.MetricsAddress, ctrlmetrics.Registry, log); err != nil {
+		return err
+	}
+	if _, err := cli.ServeHealth(ctx, opts.HealthAddress, cli.Checks{"ping": cli.Ping}, cli.Checks{"broker": p.ready}, log); err != nil {
+		return err
+	}
+	// The admin view outlives incarnations; each points it at its own state.
+	p.admin = edgeadmin.New(opts.AgentName, opts.BrokerAddress)
+	if _, err := p.admin.Serve(ctx, opts.AdminAddress, log.WithName("admin")); err != nil {
+		return err
 	}
 
 	if opts.InstallCRDs {
@@ -69,7 +92,7 @@ func run(args []string) error {
 			return err
 		}
 	}
-	p := &edgeProcess{cfg: completed, scheme: scheme, log: log}
+	p.scheme = scheme
 	if opts.LeaderElect {
 		if p.identity, err = leaderIdentity(opts.LeaderIdentity); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
@@ -43,6 +44,9 @@ type Options struct {
 	ClientBurst             int
 	Zap                     zap.Options
 	PprofAddress            string
+	MetricsAddress          string
+	HealthAddress           string
+	AdminAddress            string
 }
 
 // NewOptions returns the defaults.
@@ -63,6 +67,9 @@ func NewOptions() *Options {
 		// The pod name (from the downward API, see deploy/): stable across
 		// container restarts, unique among the replicas of a Deployment.
 		LeaderIdentity: os.Getenv("POD_NAME"),
+		MetricsAddress: cli.DefaultMetricsAddress,
+		HealthAddress:  cli.DefaultHealthAddress,
+		AdminAddress:   edgeadmin.DefaultAddress,
 	}
 }
 
@@ -92,6 +99,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	cli.AddClientRateFlags(fs, &o.ClientQPS, &o.ClientBurst, "the service cluster")
 	cli.AddLogFlags(fs, &o.Zap)
 	cli.AddProfilingFlag(fs, &o.PprofAddress)
+	cli.AddObservabilityFlags(fs, &o.MetricsAddress, &o.HealthAddress)
+	fs.StringVar(&o.AdminAddress, "admin-bind-address", o.AdminAddress,
+		`Serve the edge's read-only admin API (ferry.v1alpha1.EdgeAdminService, plaintext gRPC with reflection: grpcurl -plaintext ADDRESS list) on this loopback host:port; "0" turns it off. Loopback only: use kubectl port-forward to reach it in a cluster.`)
 }
 
 // Validate reports every problem with the options at once.
@@ -123,6 +133,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := labels.Parse(o.Selector); err != nil {
 		errs = append(errs, fmt.Errorf("--published-resource-selector: %w", err))
+	}
+	if err := edgeadmin.ValidateAddress(o.AdminAddress); err != nil {
+		errs = append(errs, err)
 	}
 	if o.BackoffInitial <= 0 || o.BackoffMax < o.BackoffInitial {
 		errs = append(errs, errors.New("--reconnect-initial-delay must be positive and at most --reconnect-max-delay"))

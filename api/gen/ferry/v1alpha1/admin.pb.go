@@ -12,6 +12,7 @@ package ferryv1alpha1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -76,6 +77,73 @@ func (x EdgeState) Number() protoreflect.EnumNumber {
 // Deprecated: Use EdgeState.Descriptor instead.
 func (EdgeState) EnumDescriptor() ([]byte, []int) {
 	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+// IntentPhase is where the broker's latest intent for an object is.
+type IntentPhase int32
+
+const (
+	// Never sent.
+	IntentPhase_INTENT_PHASE_UNSPECIFIED IntentPhase = 0
+	// No intent since the engine started: the edge holds the desired state
+	// already (its inventory said so) or the object needs none.
+	IntentPhase_INTENT_PHASE_NONE IntentPhase = 1
+	// Queued, not sent yet (the window is full, the edge is disconnected, or
+	// the resource waits for the edge's inventory).
+	IntentPhase_INTENT_PHASE_PENDING IntentPhase = 2
+	// Sent; the edge has not answered yet.
+	IntentPhase_INTENT_PHASE_IN_FLIGHT IntentPhase = 3
+	// The edge applied it.
+	IntentPhase_INTENT_PHASE_ACKED IntentPhase = 4
+	// The edge could not apply it (see last_error).
+	IntentPhase_INTENT_PHASE_NACKED IntentPhase = 5
+)
+
+// Enum value maps for IntentPhase.
+var (
+	IntentPhase_name = map[int32]string{
+		0: "INTENT_PHASE_UNSPECIFIED",
+		1: "INTENT_PHASE_NONE",
+		2: "INTENT_PHASE_PENDING",
+		3: "INTENT_PHASE_IN_FLIGHT",
+		4: "INTENT_PHASE_ACKED",
+		5: "INTENT_PHASE_NACKED",
+	}
+	IntentPhase_value = map[string]int32{
+		"INTENT_PHASE_UNSPECIFIED": 0,
+		"INTENT_PHASE_NONE":        1,
+		"INTENT_PHASE_PENDING":     2,
+		"INTENT_PHASE_IN_FLIGHT":   3,
+		"INTENT_PHASE_ACKED":       4,
+		"INTENT_PHASE_NACKED":      5,
+	}
+)
+
+func (x IntentPhase) Enum() *IntentPhase {
+	p := new(IntentPhase)
+	*p = x
+	return p
+}
+
+func (x IntentPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IntentPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_ferry_v1alpha1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (IntentPhase) Type() protoreflect.EnumType {
+	return &file_ferry_v1alpha1_admin_proto_enumTypes[1]
+}
+
+func (x IntentPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IntentPhase.Descriptor instead.
+func (IntentPhase) EnumDescriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{1}
 }
 
 // ListEdgesRequest has no parameters yet.
@@ -189,7 +257,9 @@ type Edge struct {
 	ExportStatus *ExportStatus `protobuf:"bytes,11,opt,name=export_status,json=exportStatus,proto3" json:"export_status,omitempty"`
 	// The broker's sync engine for the APIExport; set while it runs (it
 	// outlives streams).
-	Engine        *EngineStatus `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
+	Engine *EngineStatus `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
+	// Capabilities both sides use on the stream (set while connected).
+	Capabilities  []Capability `protobuf:"varint,13,rep,packed,name=capabilities,proto3,enum=ferry.v1alpha1.Capability" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -308,6 +378,13 @@ func (x *Edge) GetEngine() *EngineStatus {
 	return nil
 }
 
+func (x *Edge) GetCapabilities() []Capability {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
 // EngineStatus describes the broker's long-lived sync engine of an APIExport.
 type EngineStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -331,8 +408,16 @@ type EngineStatus struct {
 	// confirmation for an object it did not ask to delete, a report for an
 	// object it does not sync).
 	RefusedMessages uint64 `protobuf:"varint,7,opt,name=refused_messages,json=refusedMessages,proto3" json:"refused_messages,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How long ago the oldest intent still awaiting the edge's answer was
+	// queued; unset when no intent awaits an answer.
+	OldestUnacknowledgedAge *durationpb.Duration `protobuf:"bytes,8,opt,name=oldest_unacknowledged_age,json=oldestUnacknowledgedAge,proto3" json:"oldest_unacknowledged_age,omitempty"`
+	// Objects per published resource, ordered by PublishedResource name.
+	Resources []*ResourceObjects `protobuf:"bytes,9,rep,name=resources,proto3" json:"resources,omitempty"`
+	// The last resync an admin asked for (Resync); unset when none since the
+	// engine started.
+	LastResync    *ResyncStatus `protobuf:"bytes,10,opt,name=last_resync,json=lastResync,proto3" json:"last_resync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EngineStatus) Reset() {
@@ -414,14 +499,1024 @@ func (x *EngineStatus) GetRefusedMessages() uint64 {
 	return 0
 }
 
+func (x *EngineStatus) GetOldestUnacknowledgedAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestUnacknowledgedAge
+	}
+	return nil
+}
+
+func (x *EngineStatus) GetResources() []*ResourceObjects {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *EngineStatus) GetLastResync() *ResyncStatus {
+	if x != nil {
+		return x.LastResync
+	}
+	return nil
+}
+
+// ResourceObjects counts the objects of one published resource.
+type ResourceObjects struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The edge's PublishedResource.
+	PublishedResource string `protobuf:"bytes,1,opt,name=published_resource,json=publishedResource,proto3" json:"published_resource,omitempty"`
+	// The resource as served in kcp.
+	Resource *GroupVersionResource `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Objects in the engine's cache, all bound workspaces together.
+	Objects uint32 `protobuf:"varint,3,opt,name=objects,proto3" json:"objects,omitempty"`
+	// Objects whose applied content hash the edge reported (by an answer or
+	// its inventory).
+	Applied uint32 `protobuf:"varint,4,opt,name=applied,proto3" json:"applied,omitempty"`
+	// True once the engine listed the resource in kcp.
+	Listed bool `protobuf:"varint,5,opt,name=listed,proto3" json:"listed,omitempty"`
+	// True while the resource's intents wait for the edge's inventory (after a
+	// reconnect or a Resync).
+	AwaitingInventory bool `protobuf:"varint,6,opt,name=awaiting_inventory,json=awaitingInventory,proto3" json:"awaiting_inventory,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ResourceObjects) Reset() {
+	*x = ResourceObjects{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceObjects) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceObjects) ProtoMessage() {}
+
+func (x *ResourceObjects) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceObjects.ProtoReflect.Descriptor instead.
+func (*ResourceObjects) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ResourceObjects) GetPublishedResource() string {
+	if x != nil {
+		return x.PublishedResource
+	}
+	return ""
+}
+
+func (x *ResourceObjects) GetResource() *GroupVersionResource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *ResourceObjects) GetObjects() uint32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *ResourceObjects) GetApplied() uint32 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ResourceObjects) GetListed() bool {
+	if x != nil {
+		return x.Listed
+	}
+	return false
+}
+
+func (x *ResourceObjects) GetAwaitingInventory() bool {
+	if x != nil {
+		return x.AwaitingInventory
+	}
+	return false
+}
+
+// ResyncStatus describes one resync an admin asked for.
+type ResyncStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stream the inventory was asked on.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The PublishedResources compared.
+	PublishedResources []string `protobuf:"bytes,2,rep,name=published_resources,json=publishedResources,proto3" json:"published_resources,omitempty"`
+	// When the broker asked the edge.
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// When every resource was compared and the resulting intents were queued;
+	// unset while it runs or when it failed.
+	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	// Objects the edge listed in its inventory.
+	InventoryEntries uint32 `protobuf:"varint,5,opt,name=inventory_entries,json=inventoryEntries,proto3" json:"inventory_entries,omitempty"`
+	// Intents queued because kcp's desired state differed from the inventory
+	// (objects the edge lost, holds in another state, or holds for objects
+	// gone from kcp).
+	QueuedIntents uint32 `protobuf:"varint,6,opt,name=queued_intents,json=queuedIntents,proto3" json:"queued_intents,omitempty"`
+	// Why the resync did not complete (e.g. the stream was replaced; the new
+	// stream's handshake compares inventories anyway); empty otherwise.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResyncStatus) Reset() {
+	*x = ResyncStatus{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResyncStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResyncStatus) ProtoMessage() {}
+
+func (x *ResyncStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResyncStatus.ProtoReflect.Descriptor instead.
+func (*ResyncStatus) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ResyncStatus) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResyncStatus) GetPublishedResources() []string {
+	if x != nil {
+		return x.PublishedResources
+	}
+	return nil
+}
+
+func (x *ResyncStatus) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *ResyncStatus) GetCompletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompletedAt
+	}
+	return nil
+}
+
+func (x *ResyncStatus) GetInventoryEntries() uint32 {
+	if x != nil {
+		return x.InventoryEntries
+	}
+	return 0
+}
+
+func (x *ResyncStatus) GetQueuedIntents() uint32 {
+	if x != nil {
+		return x.QueuedIntents
+	}
+	return 0
+}
+
+func (x *ResyncStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// GetObjectStateRequest names one object in kcp.
+type GetObjectStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object's workspace: its logical cluster name (e.g.
+	// "2vdhkwbr7fmqmjzv", the object's kcp.io/cluster annotation) or its
+	// workspace path (e.g. "root:org:team", what `kubectl ws` shows). A path
+	// is resolved with the broker's kcp credentials. Required.
+	Workspace string `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// API group of the resource in kcp (the APIExport's name). Optional when
+	// resource is "<plural>.<group>" or its plural is served by one engine
+	// only.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// The resource in kcp: its plural ("manageddatabases") or
+	// "<plural>.<group>" as kubectl prints it. Required.
+	Resource string `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Namespace in the workspace; empty for cluster-scoped objects.
+	Namespace string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name in the workspace. Required.
+	Name          string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetObjectStateRequest) Reset() {
+	*x = GetObjectStateRequest{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetObjectStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetObjectStateRequest) ProtoMessage() {}
+
+func (x *GetObjectStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetObjectStateRequest.ProtoReflect.Descriptor instead.
+func (*GetObjectStateRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetObjectStateRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *GetObjectStateRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GetObjectStateRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *GetObjectStateRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetObjectStateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetObjectStateResponse explains one object's sync state.
+type GetObjectStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The edge identity serving the object's APIExport.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The APIExport the object is synced through.
+	Export *APIExportReference `protobuf:"bytes,2,opt,name=export,proto3" json:"export,omitempty"`
+	// The edge's PublishedResource of the object.
+	PublishedResource string `protobuf:"bytes,3,opt,name=published_resource,json=publishedResource,proto3" json:"published_resource,omitempty"`
+	// The object as the protocol keys it (logical cluster, resource served in
+	// kcp, namespace, name, uid).
+	Key *ObjectKey `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// The workspace path when the request named one.
+	WorkspacePath string `protobuf:"bytes,5,opt,name=workspace_path,json=workspacePath,proto3" json:"workspace_path,omitempty"`
+	// True while the edge's stream is attached to the engine.
+	EdgeConnected bool `protobuf:"varint,6,opt,name=edge_connected,json=edgeConnected,proto3" json:"edge_connected,omitempty"`
+	// The object in kcp, from the engine's cache; unset when the object is
+	// gone from kcp while the edge may still hold a copy.
+	Kcp *KCPObjectState `protobuf:"bytes,7,opt,name=kcp,proto3" json:"kcp,omitempty"`
+	// The broker's latest intent for the object.
+	Intent *IntentState `protobuf:"bytes,8,opt,name=intent,proto3" json:"intent,omitempty"`
+	// What the edge reported it applied; unset when it reported nothing for
+	// this object (no answer since the engine started and not in the
+	// inventory).
+	Applied *AppliedState `protobuf:"bytes,9,opt,name=applied,proto3" json:"applied,omitempty"`
+	// The error of the latest answer or report about the object; unset when
+	// the latest succeeded.
+	LastError *ObjectError `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// Where the edge put the local copy, as it last reported; unset when the
+	// edge reported no copy.
+	LocalCopy *LocalCopy `protobuf:"bytes,11,opt,name=local_copy,json=localCopy,proto3" json:"local_copy,omitempty"`
+	// One sentence for humans: synced, waiting for what, or why not.
+	Summary       string `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetObjectStateResponse) Reset() {
+	*x = GetObjectStateResponse{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetObjectStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetObjectStateResponse) ProtoMessage() {}
+
+func (x *GetObjectStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetObjectStateResponse.ProtoReflect.Descriptor instead.
+func (*GetObjectStateResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetObjectStateResponse) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *GetObjectStateResponse) GetExport() *APIExportReference {
+	if x != nil {
+		return x.Export
+	}
+	return nil
+}
+
+func (x *GetObjectStateResponse) GetPublishedResource() string {
+	if x != nil {
+		return x.PublishedResource
+	}
+	return ""
+}
+
+func (x *GetObjectStateResponse) GetKey() *ObjectKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GetObjectStateResponse) GetWorkspacePath() string {
+	if x != nil {
+		return x.WorkspacePath
+	}
+	return ""
+}
+
+func (x *GetObjectStateResponse) GetEdgeConnected() bool {
+	if x != nil {
+		return x.EdgeConnected
+	}
+	return false
+}
+
+func (x *GetObjectStateResponse) GetKcp() *KCPObjectState {
+	if x != nil {
+		return x.Kcp
+	}
+	return nil
+}
+
+func (x *GetObjectStateResponse) GetIntent() *IntentState {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+func (x *GetObjectStateResponse) GetApplied() *AppliedState {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
+func (x *GetObjectStateResponse) GetLastError() *ObjectError {
+	if x != nil {
+		return x.LastError
+	}
+	return nil
+}
+
+func (x *GetObjectStateResponse) GetLocalCopy() *LocalCopy {
+	if x != nil {
+		return x.LocalCopy
+	}
+	return nil
+}
+
+func (x *GetObjectStateResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+// KCPObjectState is the kcp object as the broker's engine last saw it.
+type KCPObjectState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metadata.uid.
+	Uid string `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	// metadata.resourceVersion.
+	ResourceVersion string `protobuf:"bytes,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	// metadata.generation.
+	Generation int64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Hash of the desired state the broker derives from the object now
+	// (UpsertIntent.content_hash); empty when it is not to be applied (being
+	// deleted, out of the filters, not yet finalized by the broker).
+	ContentHash string `protobuf:"bytes,4,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	// metadata.deletionTimestamp, when the object is being deleted.
+	DeletionTimestamp *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deletion_timestamp,json=deletionTimestamp,proto3" json:"deletion_timestamp,omitempty"`
+	// True when the object carries the edge's finalizer (the broker syncs an
+	// object only after it added the finalizer).
+	Finalizer bool `protobuf:"varint,6,opt,name=finalizer,proto3" json:"finalizer,omitempty"`
+	// True when the object matches the PublishedResource's filters.
+	InScope       bool `protobuf:"varint,7,opt,name=in_scope,json=inScope,proto3" json:"in_scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KCPObjectState) Reset() {
+	*x = KCPObjectState{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KCPObjectState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KCPObjectState) ProtoMessage() {}
+
+func (x *KCPObjectState) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KCPObjectState.ProtoReflect.Descriptor instead.
+func (*KCPObjectState) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *KCPObjectState) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *KCPObjectState) GetResourceVersion() string {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return ""
+}
+
+func (x *KCPObjectState) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *KCPObjectState) GetContentHash() string {
+	if x != nil {
+		return x.ContentHash
+	}
+	return ""
+}
+
+func (x *KCPObjectState) GetDeletionTimestamp() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeletionTimestamp
+	}
+	return nil
+}
+
+func (x *KCPObjectState) GetFinalizer() bool {
+	if x != nil {
+		return x.Finalizer
+	}
+	return false
+}
+
+func (x *KCPObjectState) GetInScope() bool {
+	if x != nil {
+		return x.InScope
+	}
+	return false
+}
+
+// IntentState is the broker's latest intent for an object.
+type IntentState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the intent is.
+	Phase IntentPhase `protobuf:"varint,1,opt,name=phase,proto3,enum=ferry.v1alpha1.IntentPhase" json:"phase,omitempty"`
+	// "upsert" or "delete"; empty with INTENT_PHASE_NONE.
+	Operation string `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
+	// The intent's version (broker epoch, sequence, kcp resourceVersion and
+	// generation).
+	Version *ObjectVersion `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// UpsertIntent.content_hash of an upsert.
+	ContentHash string `protobuf:"bytes,4,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	// When the intent was queued.
+	QueuedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=queued_at,json=queuedAt,proto3" json:"queued_at,omitempty"`
+	// When the edge answered (ACKED or NACKED).
+	AnsweredAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=answered_at,json=answeredAt,proto3" json:"answered_at,omitempty"`
+	// True when the edge refused the object with a final error: it is not sent
+	// again until the object or its PublishedResource changes.
+	Held bool `protobuf:"varint,7,opt,name=held,proto3" json:"held,omitempty"`
+	// True while the object's resource waits for the edge's inventory (after
+	// a reconnect or a Resync): nothing is sent before it arrives.
+	AwaitingInventory bool `protobuf:"varint,8,opt,name=awaiting_inventory,json=awaitingInventory,proto3" json:"awaiting_inventory,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *IntentState) Reset() {
+	*x = IntentState{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntentState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntentState) ProtoMessage() {}
+
+func (x *IntentState) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntentState.ProtoReflect.Descriptor instead.
+func (*IntentState) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *IntentState) GetPhase() IntentPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return IntentPhase_INTENT_PHASE_UNSPECIFIED
+}
+
+func (x *IntentState) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *IntentState) GetVersion() *ObjectVersion {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *IntentState) GetContentHash() string {
+	if x != nil {
+		return x.ContentHash
+	}
+	return ""
+}
+
+func (x *IntentState) GetQueuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QueuedAt
+	}
+	return nil
+}
+
+func (x *IntentState) GetAnsweredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AnsweredAt
+	}
+	return nil
+}
+
+func (x *IntentState) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *IntentState) GetAwaitingInventory() bool {
+	if x != nil {
+		return x.AwaitingInventory
+	}
+	return false
+}
+
+// AppliedState is what the edge reported it applied for an object.
+type AppliedState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// UpsertIntent.content_hash of the applied state.
+	ContentHash string `protobuf:"bytes,1,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	// The kcp resourceVersion the applied state was taken from.
+	ResourceVersion string `protobuf:"bytes,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	// Where the broker learned it: "ack" (the edge's answer to an intent),
+	// "inventory" (the edge's inventory) or, at the edge, "local copy".
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// When it was reported.
+	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	// True when content_hash is the object's current desired state.
+	Current       bool `protobuf:"varint,5,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppliedState) Reset() {
+	*x = AppliedState{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedState) ProtoMessage() {}
+
+func (x *AppliedState) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedState.ProtoReflect.Descriptor instead.
+func (*AppliedState) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AppliedState) GetContentHash() string {
+	if x != nil {
+		return x.ContentHash
+	}
+	return ""
+}
+
+func (x *AppliedState) GetResourceVersion() string {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return ""
+}
+
+func (x *AppliedState) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AppliedState) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
+}
+
+func (x *AppliedState) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+// ObjectError is the last error about an object.
+type ObjectError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where it came from: "intent" (the edge could not apply the broker's
+	// intent), "too_large" (the intent exceeded what the edge accepts) or
+	// "report" (the broker refused or could not write the edge's report about
+	// the object).
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// Classification and message; the message is what the kcp user sees in the
+	// Warning Event.
+	Error *ApplyError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// When it happened.
+	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObjectError) Reset() {
+	*x = ObjectError{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObjectError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObjectError) ProtoMessage() {}
+
+func (x *ObjectError) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObjectError.ProtoReflect.Descriptor instead.
+func (*ObjectError) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ObjectError) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ObjectError) GetError() *ApplyError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ObjectError) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+// LocalCopy is where the local copy of a kcp object is in the service
+// cluster.
+type LocalCopy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace; empty for cluster-scoped copies.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// When the edge reported it.
+	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalCopy) Reset() {
+	*x = LocalCopy{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalCopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalCopy) ProtoMessage() {}
+
+func (x *LocalCopy) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalCopy.ProtoReflect.Descriptor instead.
+func (*LocalCopy) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LocalCopy) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *LocalCopy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LocalCopy) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
+}
+
+// ResyncRequest names the edge to resync: by identity or by APIExport.
+type ResyncRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The edge's identity, as ListEdges shows it. Either identity or export
+	// is required.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The APIExport the edge serves.
+	Export *APIExportReference `protobuf:"bytes,2,opt,name=export,proto3" json:"export,omitempty"`
+	// PublishedResources to compare; empty means all of the edge's.
+	PublishedResources []string `protobuf:"bytes,3,rep,name=published_resources,json=publishedResources,proto3" json:"published_resources,omitempty"`
+	// How long to wait for the comparison to complete before answering;
+	// default 30 s, at most 5 min; zero answers at once. The comparison goes
+	// on after the answer either way (ListEdges shows it as last_resync).
+	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResyncRequest) Reset() {
+	*x = ResyncRequest{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResyncRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResyncRequest) ProtoMessage() {}
+
+func (x *ResyncRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResyncRequest.ProtoReflect.Descriptor instead.
+func (*ResyncRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ResyncRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *ResyncRequest) GetExport() *APIExportReference {
+	if x != nil {
+		return x.Export
+	}
+	return nil
+}
+
+func (x *ResyncRequest) GetPublishedResources() []string {
+	if x != nil {
+		return x.PublishedResources
+	}
+	return nil
+}
+
+func (x *ResyncRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// ResyncResponse reports the resync as far as it got within the wait.
+type ResyncResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resync; completed_at is unset when it had not completed in time.
+	Resync        *ResyncStatus `protobuf:"bytes,1,opt,name=resync,proto3" json:"resync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResyncResponse) Reset() {
+	*x = ResyncResponse{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResyncResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResyncResponse) ProtoMessage() {}
+
+func (x *ResyncResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResyncResponse.ProtoReflect.Descriptor instead.
+func (*ResyncResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ResyncResponse) GetResync() *ResyncStatus {
+	if x != nil {
+		return x.Resync
+	}
+	return nil
+}
+
 var File_ferry_v1alpha1_admin_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1aferry/v1alpha1/admin.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
+	"\x1aferry/v1alpha1/admin.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1cferry/v1alpha1/objects.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
 	"\x10ListEdgesRequest\"?\n" +
 	"\x11ListEdgesResponse\x12*\n" +
-	"\x05edges\x18\x01 \x03(\v2\x14.ferry.v1alpha1.EdgeR\x05edges\"\xaf\x04\n" +
+	"\x05edges\x18\x01 \x03(\v2\x14.ferry.v1alpha1.EdgeR\x05edges\"\xef\x04\n" +
 	"\x04Edge\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12:\n" +
 	"\x06export\x18\x02 \x01(\v2\".ferry.v1alpha1.APIExportReferenceR\x06export\x12/\n" +
@@ -437,7 +1532,8 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\fedge_version\x18\n" +
 	" \x01(\tR\vedgeVersion\x12A\n" +
 	"\rexport_status\x18\v \x01(\v2\x1c.ferry.v1alpha1.ExportStatusR\fexportStatus\x124\n" +
-	"\x06engine\x18\f \x01(\v2\x1c.ferry.v1alpha1.EngineStatusR\x06engine\"\x9e\x02\n" +
+	"\x06engine\x18\f \x01(\v2\x1c.ferry.v1alpha1.EngineStatusR\x06engine\x12>\n" +
+	"\fcapabilities\x18\r \x03(\x0e2\x1a.ferry.v1alpha1.CapabilityR\fcapabilities\"\xf3\x03\n" +
 	"\fEngineStatus\x129\n" +
 	"\n" +
 	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12 \n" +
@@ -446,13 +1542,108 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\x0eoutbox_pending\x18\x04 \x01(\rR\routboxPending\x12(\n" +
 	"\x10outbox_in_flight\x18\x05 \x01(\rR\x0eoutboxInFlight\x12\x18\n" +
 	"\aobjects\x18\x06 \x01(\rR\aobjects\x12)\n" +
-	"\x10refused_messages\x18\a \x01(\x04R\x0frefusedMessages*^\n" +
+	"\x10refused_messages\x18\a \x01(\x04R\x0frefusedMessages\x12U\n" +
+	"\x19oldest_unacknowledged_age\x18\b \x01(\v2\x19.google.protobuf.DurationR\x17oldestUnacknowledgedAge\x12=\n" +
+	"\tresources\x18\t \x03(\v2\x1f.ferry.v1alpha1.ResourceObjectsR\tresources\x12=\n" +
+	"\vlast_resync\x18\n" +
+	" \x01(\v2\x1c.ferry.v1alpha1.ResyncStatusR\n" +
+	"lastResync\"\xfd\x01\n" +
+	"\x0fResourceObjects\x12-\n" +
+	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\x12@\n" +
+	"\bresource\x18\x02 \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\bresource\x12\x18\n" +
+	"\aobjects\x18\x03 \x01(\rR\aobjects\x12\x18\n" +
+	"\aapplied\x18\x04 \x01(\rR\aapplied\x12\x16\n" +
+	"\x06listed\x18\x05 \x01(\bR\x06listed\x12-\n" +
+	"\x12awaiting_inventory\x18\x06 \x01(\bR\x11awaitingInventory\"\xc6\x02\n" +
+	"\fResyncStatus\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
+	"\x13published_resources\x18\x02 \x03(\tR\x12publishedResources\x12=\n" +
+	"\frequested_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x12=\n" +
+	"\fcompleted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12+\n" +
+	"\x11inventory_entries\x18\x05 \x01(\rR\x10inventoryEntries\x12%\n" +
+	"\x0equeued_intents\x18\x06 \x01(\rR\rqueuedIntents\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\x99\x01\n" +
+	"\x15GetObjectStateRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1a\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\"\xc9\x04\n" +
+	"\x16GetObjectStateResponse\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12:\n" +
+	"\x06export\x18\x02 \x01(\v2\".ferry.v1alpha1.APIExportReferenceR\x06export\x12-\n" +
+	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\x12+\n" +
+	"\x03key\x18\x04 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12%\n" +
+	"\x0eworkspace_path\x18\x05 \x01(\tR\rworkspacePath\x12%\n" +
+	"\x0eedge_connected\x18\x06 \x01(\bR\redgeConnected\x120\n" +
+	"\x03kcp\x18\a \x01(\v2\x1e.ferry.v1alpha1.KCPObjectStateR\x03kcp\x123\n" +
+	"\x06intent\x18\b \x01(\v2\x1b.ferry.v1alpha1.IntentStateR\x06intent\x126\n" +
+	"\aapplied\x18\t \x01(\v2\x1c.ferry.v1alpha1.AppliedStateR\aapplied\x12:\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\v2\x1b.ferry.v1alpha1.ObjectErrorR\tlastError\x128\n" +
+	"\n" +
+	"local_copy\x18\v \x01(\v2\x19.ferry.v1alpha1.LocalCopyR\tlocalCopy\x12\x18\n" +
+	"\asummary\x18\f \x01(\tR\asummary\"\x94\x02\n" +
+	"\x0eKCPObjectState\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12)\n" +
+	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\x12!\n" +
+	"\fcontent_hash\x18\x04 \x01(\tR\vcontentHash\x12I\n" +
+	"\x12deletion_timestamp\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x11deletionTimestamp\x12\x1c\n" +
+	"\tfinalizer\x18\x06 \x01(\bR\tfinalizer\x12\x19\n" +
+	"\bin_scope\x18\a \x01(\bR\ainScope\"\xf3\x02\n" +
+	"\vIntentState\x121\n" +
+	"\x05phase\x18\x01 \x01(\x0e2\x1b.ferry.v1alpha1.IntentPhaseR\x05phase\x12\x1c\n" +
+	"\toperation\x18\x02 \x01(\tR\toperation\x127\n" +
+	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\x12!\n" +
+	"\fcontent_hash\x18\x04 \x01(\tR\vcontentHash\x127\n" +
+	"\tqueued_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x12;\n" +
+	"\vanswered_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"answeredAt\x12\x12\n" +
+	"\x04held\x18\a \x01(\bR\x04held\x12-\n" +
+	"\x12awaiting_inventory\x18\b \x01(\bR\x11awaitingInventory\"\xcb\x01\n" +
+	"\fAppliedState\x12!\n" +
+	"\fcontent_hash\x18\x01 \x01(\tR\vcontentHash\x12)\n" +
+	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12;\n" +
+	"\vreported_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\x12\x18\n" +
+	"\acurrent\x18\x05 \x01(\bR\acurrent\"\x83\x01\n" +
+	"\vObjectError\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x120\n" +
+	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"z\n" +
+	"\tLocalCopy\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12;\n" +
+	"\vreported_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\"\xc7\x01\n" +
+	"\rResyncRequest\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12:\n" +
+	"\x06export\x18\x02 \x01(\v2\".ferry.v1alpha1.APIExportReferenceR\x06export\x12/\n" +
+	"\x13published_resources\x18\x03 \x03(\tR\x12publishedResources\x12-\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"F\n" +
+	"\x0eResyncResponse\x124\n" +
+	"\x06resync\x18\x01 \x01(\v2\x1c.ferry.v1alpha1.ResyncStatusR\x06resync*^\n" +
 	"\tEdgeState\x12\x1a\n" +
 	"\x16EDGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17EDGE_STATE_DISCONNECTED\x10\x01\x12\x18\n" +
-	"\x14EDGE_STATE_CONNECTED\x10\x022`\n" +
+	"\x14EDGE_STATE_CONNECTED\x10\x02*\xa9\x01\n" +
+	"\vIntentPhase\x12\x1c\n" +
+	"\x18INTENT_PHASE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11INTENT_PHASE_NONE\x10\x01\x12\x18\n" +
+	"\x14INTENT_PHASE_PENDING\x10\x02\x12\x1a\n" +
+	"\x16INTENT_PHASE_IN_FLIGHT\x10\x03\x12\x16\n" +
+	"\x12INTENT_PHASE_ACKED\x10\x04\x12\x17\n" +
+	"\x13INTENT_PHASE_NACKED\x10\x052\x8a\x02\n" +
 	"\fAdminService\x12P\n" +
-	"\tListEdges\x12 .ferry.v1alpha1.ListEdgesRequest\x1a!.ferry.v1alpha1.ListEdgesResponseBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\tListEdges\x12 .ferry.v1alpha1.ListEdgesRequest\x1a!.ferry.v1alpha1.ListEdgesResponse\x12_\n" +
+	"\x0eGetObjectState\x12%.ferry.v1alpha1.GetObjectStateRequest\x1a&.ferry.v1alpha1.GetObjectStateResponse\x12G\n" +
+	"\x06Resync\x12\x1d.ferry.v1alpha1.ResyncRequest\x1a\x1e.ferry.v1alpha1.ResyncResponseBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_admin_proto_rawDescOnce sync.Once
@@ -466,34 +1657,82 @@ func file_ferry_v1alpha1_admin_proto_rawDescGZIP() []byte {
 	return file_ferry_v1alpha1_admin_proto_rawDescData
 }
 
-var file_ferry_v1alpha1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1alpha1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_ferry_v1alpha1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ferry_v1alpha1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ferry_v1alpha1_admin_proto_goTypes = []any{
-	(EdgeState)(0),                // 0: ferry.v1alpha1.EdgeState
-	(*ListEdgesRequest)(nil),      // 1: ferry.v1alpha1.ListEdgesRequest
-	(*ListEdgesResponse)(nil),     // 2: ferry.v1alpha1.ListEdgesResponse
-	(*Edge)(nil),                  // 3: ferry.v1alpha1.Edge
-	(*EngineStatus)(nil),          // 4: ferry.v1alpha1.EngineStatus
-	(*APIExportReference)(nil),    // 5: ferry.v1alpha1.APIExportReference
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*ExportStatus)(nil),          // 7: ferry.v1alpha1.ExportStatus
+	(EdgeState)(0),                 // 0: ferry.v1alpha1.EdgeState
+	(IntentPhase)(0),               // 1: ferry.v1alpha1.IntentPhase
+	(*ListEdgesRequest)(nil),       // 2: ferry.v1alpha1.ListEdgesRequest
+	(*ListEdgesResponse)(nil),      // 3: ferry.v1alpha1.ListEdgesResponse
+	(*Edge)(nil),                   // 4: ferry.v1alpha1.Edge
+	(*EngineStatus)(nil),           // 5: ferry.v1alpha1.EngineStatus
+	(*ResourceObjects)(nil),        // 6: ferry.v1alpha1.ResourceObjects
+	(*ResyncStatus)(nil),           // 7: ferry.v1alpha1.ResyncStatus
+	(*GetObjectStateRequest)(nil),  // 8: ferry.v1alpha1.GetObjectStateRequest
+	(*GetObjectStateResponse)(nil), // 9: ferry.v1alpha1.GetObjectStateResponse
+	(*KCPObjectState)(nil),         // 10: ferry.v1alpha1.KCPObjectState
+	(*IntentState)(nil),            // 11: ferry.v1alpha1.IntentState
+	(*AppliedState)(nil),           // 12: ferry.v1alpha1.AppliedState
+	(*ObjectError)(nil),            // 13: ferry.v1alpha1.ObjectError
+	(*LocalCopy)(nil),              // 14: ferry.v1alpha1.LocalCopy
+	(*ResyncRequest)(nil),          // 15: ferry.v1alpha1.ResyncRequest
+	(*ResyncResponse)(nil),         // 16: ferry.v1alpha1.ResyncResponse
+	(*APIExportReference)(nil),     // 17: ferry.v1alpha1.APIExportReference
+	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
+	(*ExportStatus)(nil),           // 19: ferry.v1alpha1.ExportStatus
+	(Capability)(0),                // 20: ferry.v1alpha1.Capability
+	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
+	(*GroupVersionResource)(nil),   // 22: ferry.v1alpha1.GroupVersionResource
+	(*ObjectKey)(nil),              // 23: ferry.v1alpha1.ObjectKey
+	(*ObjectVersion)(nil),          // 24: ferry.v1alpha1.ObjectVersion
+	(*ApplyError)(nil),             // 25: ferry.v1alpha1.ApplyError
 }
 var file_ferry_v1alpha1_admin_proto_depIdxs = []int32{
-	3, // 0: ferry.v1alpha1.ListEdgesResponse.edges:type_name -> ferry.v1alpha1.Edge
-	5, // 1: ferry.v1alpha1.Edge.export:type_name -> ferry.v1alpha1.APIExportReference
-	0, // 2: ferry.v1alpha1.Edge.state:type_name -> ferry.v1alpha1.EdgeState
-	6, // 3: ferry.v1alpha1.Edge.connected_at:type_name -> google.protobuf.Timestamp
-	6, // 4: ferry.v1alpha1.Edge.last_seen:type_name -> google.protobuf.Timestamp
-	7, // 5: ferry.v1alpha1.Edge.export_status:type_name -> ferry.v1alpha1.ExportStatus
-	4, // 6: ferry.v1alpha1.Edge.engine:type_name -> ferry.v1alpha1.EngineStatus
-	6, // 7: ferry.v1alpha1.EngineStatus.started_at:type_name -> google.protobuf.Timestamp
-	1, // 8: ferry.v1alpha1.AdminService.ListEdges:input_type -> ferry.v1alpha1.ListEdgesRequest
-	2, // 9: ferry.v1alpha1.AdminService.ListEdges:output_type -> ferry.v1alpha1.ListEdgesResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	4,  // 0: ferry.v1alpha1.ListEdgesResponse.edges:type_name -> ferry.v1alpha1.Edge
+	17, // 1: ferry.v1alpha1.Edge.export:type_name -> ferry.v1alpha1.APIExportReference
+	0,  // 2: ferry.v1alpha1.Edge.state:type_name -> ferry.v1alpha1.EdgeState
+	18, // 3: ferry.v1alpha1.Edge.connected_at:type_name -> google.protobuf.Timestamp
+	18, // 4: ferry.v1alpha1.Edge.last_seen:type_name -> google.protobuf.Timestamp
+	19, // 5: ferry.v1alpha1.Edge.export_status:type_name -> ferry.v1alpha1.ExportStatus
+	5,  // 6: ferry.v1alpha1.Edge.engine:type_name -> ferry.v1alpha1.EngineStatus
+	20, // 7: ferry.v1alpha1.Edge.capabilities:type_name -> ferry.v1alpha1.Capability
+	18, // 8: ferry.v1alpha1.EngineStatus.started_at:type_name -> google.protobuf.Timestamp
+	21, // 9: ferry.v1alpha1.EngineStatus.oldest_unacknowledged_age:type_name -> google.protobuf.Duration
+	6,  // 10: ferry.v1alpha1.EngineStatus.resources:type_name -> ferry.v1alpha1.ResourceObjects
+	7,  // 11: ferry.v1alpha1.EngineStatus.last_resync:type_name -> ferry.v1alpha1.ResyncStatus
+	22, // 12: ferry.v1alpha1.ResourceObjects.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	18, // 13: ferry.v1alpha1.ResyncStatus.requested_at:type_name -> google.protobuf.Timestamp
+	18, // 14: ferry.v1alpha1.ResyncStatus.completed_at:type_name -> google.protobuf.Timestamp
+	17, // 15: ferry.v1alpha1.GetObjectStateResponse.export:type_name -> ferry.v1alpha1.APIExportReference
+	23, // 16: ferry.v1alpha1.GetObjectStateResponse.key:type_name -> ferry.v1alpha1.ObjectKey
+	10, // 17: ferry.v1alpha1.GetObjectStateResponse.kcp:type_name -> ferry.v1alpha1.KCPObjectState
+	11, // 18: ferry.v1alpha1.GetObjectStateResponse.intent:type_name -> ferry.v1alpha1.IntentState
+	12, // 19: ferry.v1alpha1.GetObjectStateResponse.applied:type_name -> ferry.v1alpha1.AppliedState
+	13, // 20: ferry.v1alpha1.GetObjectStateResponse.last_error:type_name -> ferry.v1alpha1.ObjectError
+	14, // 21: ferry.v1alpha1.GetObjectStateResponse.local_copy:type_name -> ferry.v1alpha1.LocalCopy
+	18, // 22: ferry.v1alpha1.KCPObjectState.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	1,  // 23: ferry.v1alpha1.IntentState.phase:type_name -> ferry.v1alpha1.IntentPhase
+	24, // 24: ferry.v1alpha1.IntentState.version:type_name -> ferry.v1alpha1.ObjectVersion
+	18, // 25: ferry.v1alpha1.IntentState.queued_at:type_name -> google.protobuf.Timestamp
+	18, // 26: ferry.v1alpha1.IntentState.answered_at:type_name -> google.protobuf.Timestamp
+	18, // 27: ferry.v1alpha1.AppliedState.reported_at:type_name -> google.protobuf.Timestamp
+	25, // 28: ferry.v1alpha1.ObjectError.error:type_name -> ferry.v1alpha1.ApplyError
+	18, // 29: ferry.v1alpha1.ObjectError.at:type_name -> google.protobuf.Timestamp
+	18, // 30: ferry.v1alpha1.LocalCopy.reported_at:type_name -> google.protobuf.Timestamp
+	17, // 31: ferry.v1alpha1.ResyncRequest.export:type_name -> ferry.v1alpha1.APIExportReference
+	21, // 32: ferry.v1alpha1.ResyncRequest.wait:type_name -> google.protobuf.Duration
+	7,  // 33: ferry.v1alpha1.ResyncResponse.resync:type_name -> ferry.v1alpha1.ResyncStatus
+	2,  // 34: ferry.v1alpha1.AdminService.ListEdges:input_type -> ferry.v1alpha1.ListEdgesRequest
+	8,  // 35: ferry.v1alpha1.AdminService.GetObjectState:input_type -> ferry.v1alpha1.GetObjectStateRequest
+	15, // 36: ferry.v1alpha1.AdminService.Resync:input_type -> ferry.v1alpha1.ResyncRequest
+	3,  // 37: ferry.v1alpha1.AdminService.ListEdges:output_type -> ferry.v1alpha1.ListEdgesResponse
+	9,  // 38: ferry.v1alpha1.AdminService.GetObjectState:output_type -> ferry.v1alpha1.GetObjectStateResponse
+	16, // 39: ferry.v1alpha1.AdminService.Resync:output_type -> ferry.v1alpha1.ResyncResponse
+	37, // [37:40] is the sub-list for method output_type
+	34, // [34:37] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_admin_proto_init() }
@@ -502,13 +1741,14 @@ func file_ferry_v1alpha1_admin_proto_init() {
 		return
 	}
 	file_ferry_v1alpha1_handshake_proto_init()
+	file_ferry_v1alpha1_objects_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_admin_proto_rawDesc), len(file_ferry_v1alpha1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   4,
+			NumEnums:      2,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListEdges_FullMethodName = "/ferry.v1alpha1.AdminService/ListEdges"
+	AdminService_ListEdges_FullMethodName      = "/ferry.v1alpha1.AdminService/ListEdges"
+	AdminService_GetObjectState_FullMethodName = "/ferry.v1alpha1.AdminService/GetObjectState"
+	AdminService_Resync_FullMethodName         = "/ferry.v1alpha1.AdminService/Resync"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -34,6 +36,17 @@ type AdminServiceClient interface {
 	// ListEdges lists every configured edge identity and, when connected, its
 	// session.
 	ListEdges(ctx context.Context, in *ListEdgesRequest, opts ...grpc.CallOption) (*ListEdgesResponse, error)
+	// GetObjectState explains the sync state of one kcp object: its version
+	// and content hash in kcp, the broker's intent for it, what the edge
+	// reported it applied, the last error and where the local copy is.
+	// NOT_FOUND when no sync engine of this broker syncs the object.
+	GetObjectState(ctx context.Context, in *GetObjectStateRequest, opts ...grpc.CallOption) (*GetObjectStateResponse, error)
+	// Resync asks a connected edge for a fresh inventory and compares it with
+	// the broker's view, as after a reconnect, without replacing the stream:
+	// copies that were lost or changed behind ferry's back get their desired
+	// state again. FAILED_PRECONDITION when the edge is not connected or its
+	// build does not support it (CAPABILITY_INVENTORY_REQUEST).
+	Resync(ctx context.Context, in *ResyncRequest, opts ...grpc.CallOption) (*ResyncResponse, error)
 }
 
 type adminServiceClient struct {
@@ -54,6 +67,26 @@ func (c *adminServiceClient) ListEdges(ctx context.Context, in *ListEdgesRequest
 	return out, nil
 }
 
+func (c *adminServiceClient) GetObjectState(ctx context.Context, in *GetObjectStateRequest, opts ...grpc.CallOption) (*GetObjectStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetObjectStateResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetObjectState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) Resync(ctx context.Context, in *ResyncRequest, opts ...grpc.CallOption) (*ResyncResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResyncResponse)
+	err := c.cc.Invoke(ctx, AdminService_Resync_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -63,6 +96,17 @@ type AdminServiceServer interface {
 	// ListEdges lists every configured edge identity and, when connected, its
 	// session.
 	ListEdges(context.Context, *ListEdgesRequest) (*ListEdgesResponse, error)
+	// GetObjectState explains the sync state of one kcp object: its version
+	// and content hash in kcp, the broker's intent for it, what the edge
+	// reported it applied, the last error and where the local copy is.
+	// NOT_FOUND when no sync engine of this broker syncs the object.
+	GetObjectState(context.Context, *GetObjectStateRequest) (*GetObjectStateResponse, error)
+	// Resync asks a connected edge for a fresh inventory and compares it with
+	// the broker's view, as after a reconnect, without replacing the stream:
+	// copies that were lost or changed behind ferry's back get their desired
+	// state again. FAILED_PRECONDITION when the edge is not connected or its
+	// build does not support it (CAPABILITY_INVENTORY_REQUEST).
+	Resync(context.Context, *ResyncRequest) (*ResyncResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -75,6 +119,12 @@ type UnimplementedAdminServiceServer struct{}
 
 func (UnimplementedAdminServiceServer) ListEdges(context.Context, *ListEdgesRequest) (*ListEdgesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEdges not implemented")
+}
+func (UnimplementedAdminServiceServer) GetObjectState(context.Context, *GetObjectStateRequest) (*GetObjectStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetObjectState not implemented")
+}
+func (UnimplementedAdminServiceServer) Resync(context.Context, *ResyncRequest) (*ResyncResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resync not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -115,6 +165,42 @@ func _AdminService_ListEdges_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetObjectState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetObjectStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetObjectState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetObjectState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetObjectState(ctx, req.(*GetObjectStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_Resync_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResyncRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).Resync(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_Resync_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).Resync(ctx, req.(*ResyncRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -125,6 +211,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEdges",
 			Handler:    _AdminService_ListEdges_Handler,
+		},
+		{
+			MethodName: "GetObjectState",
+			Handler:    _AdminService_GetObjectState_Handler,
+		},
+		{
+			MethodName: "Resync",
+			Handler:    _AdminService_Resync_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

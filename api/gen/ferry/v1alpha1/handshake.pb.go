@@ -37,6 +37,10 @@ const (
 	Capability_CAPABILITY_RELATED_OBJECTS Capability = 2
 	// Inventory-based resync after (re)connect.
 	Capability_CAPABILITY_INVENTORY_RESYNC Capability = 3
+	// InventoryRequest messages: the broker may ask for the edge's complete
+	// inventory again on a running stream (AdminService.Resync). An edge that
+	// does not announce it is never sent one.
+	Capability_CAPABILITY_INVENTORY_REQUEST Capability = 4
 )
 
 // Enum value maps for Capability.
@@ -46,12 +50,14 @@ var (
 		1: "CAPABILITY_STATUS",
 		2: "CAPABILITY_RELATED_OBJECTS",
 		3: "CAPABILITY_INVENTORY_RESYNC",
+		4: "CAPABILITY_INVENTORY_REQUEST",
 	}
 	Capability_value = map[string]int32{
-		"CAPABILITY_UNSPECIFIED":      0,
-		"CAPABILITY_STATUS":           1,
-		"CAPABILITY_RELATED_OBJECTS":  2,
-		"CAPABILITY_INVENTORY_RESYNC": 3,
+		"CAPABILITY_UNSPECIFIED":       0,
+		"CAPABILITY_STATUS":            1,
+		"CAPABILITY_RELATED_OBJECTS":   2,
+		"CAPABILITY_INVENTORY_RESYNC":  3,
+		"CAPABILITY_INVENTORY_REQUEST": 4,
 	}
 )
 
@@ -526,13 +532,14 @@ const file_ferry_v1alpha1_handshake_proto_rawDesc = "" +
 	"\x0flogical_cluster\x18\x02 \x01(\tR\x0elogicalCluster\x126\n" +
 	"\x17virtual_workspace_ready\x18\x03 \x01(\bR\x15virtualWorkspaceReady\x12\x1f\n" +
 	"\vwaiting_for\x18\x04 \x01(\tR\n" +
-	"waitingFor*\x80\x01\n" +
+	"waitingFor*\xa2\x01\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CAPABILITY_STATUS\x10\x01\x12\x1e\n" +
 	"\x1aCAPABILITY_RELATED_OBJECTS\x10\x02\x12\x1f\n" +
-	"\x1bCAPABILITY_INVENTORY_RESYNC\x10\x03BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\x1bCAPABILITY_INVENTORY_RESYNC\x10\x03\x12 \n" +
+	"\x1cCAPABILITY_INVENTORY_REQUEST\x10\x04BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_handshake_proto_rawDescOnce sync.Once

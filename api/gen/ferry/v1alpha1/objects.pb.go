@@ -856,7 +856,12 @@ type InventoryEntry struct {
 	PublishedResource string `protobuf:"bytes,3,opt,name=published_resource,json=publishedResource,proto3" json:"published_resource,omitempty"`
 	// UpsertIntent.content_hash of the state last applied locally; the broker
 	// re-sends the object only when its current hash differs.
-	AppliedHash   string `protobuf:"bytes,4,opt,name=applied_hash,json=appliedHash,proto3" json:"applied_hash,omitempty"`
+	AppliedHash string `protobuf:"bytes,4,opt,name=applied_hash,json=appliedHash,proto3" json:"applied_hash,omitempty"`
+	// Namespace of the local copy (empty when cluster-scoped); for the admin
+	// API (AdminService.GetObjectState). Optional.
+	LocalNamespace string `protobuf:"bytes,5,opt,name=local_namespace,json=localNamespace,proto3" json:"local_namespace,omitempty"`
+	// Name of the local copy; for the admin API. Optional.
+	LocalName     string `protobuf:"bytes,6,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -919,6 +924,20 @@ func (x *InventoryEntry) GetAppliedHash() string {
 	return ""
 }
 
+func (x *InventoryEntry) GetLocalNamespace() string {
+	if x != nil {
+		return x.LocalNamespace
+	}
+	return ""
+}
+
+func (x *InventoryEntry) GetLocalName() string {
+	if x != nil {
+		return x.LocalName
+	}
+	return ""
+}
+
 // ResyncComplete tells the edge the broker has processed its inventory.
 type ResyncComplete struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -965,6 +984,56 @@ func (x *ResyncComplete) GetQueuedIntents() uint32 {
 	return 0
 }
 
+// InventoryRequest asks the edge for its complete inventory again, sent
+// broker → edge on a running stream (an operator's AdminService.Resync). The
+// edge answers with Inventory chunks, each PublishedResource's last one with
+// complete = true, exactly as after a handshake; a resource whose local watch
+// has not listed yet is sent once it has.
+type InventoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PublishedResources to report; empty means all.
+	PublishedResources []string `protobuf:"bytes,1,rep,name=published_resources,json=publishedResources,proto3" json:"published_resources,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *InventoryRequest) Reset() {
+	*x = InventoryRequest{}
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InventoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InventoryRequest) ProtoMessage() {}
+
+func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
+func (*InventoryRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *InventoryRequest) GetPublishedResources() []string {
+	if x != nil {
+		return x.PublishedResources
+	}
+	return nil
+}
+
 // StatusReport carries the local status of a synced object, sent edge →
 // broker when it changes (only when the CRD has a status subresource). Only
 // the latest report per key matters.
@@ -989,7 +1058,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1070,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1083,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{12}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusReport) GetReportId() uint64 {
@@ -1087,7 +1156,7 @@ type RelatedObjectReport struct {
 
 func (x *RelatedObjectReport) Reset() {
 	*x = RelatedObjectReport{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1168,7 @@ func (x *RelatedObjectReport) String() string {
 func (*RelatedObjectReport) ProtoMessage() {}
 
 func (x *RelatedObjectReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1181,7 @@ func (x *RelatedObjectReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectReport.ProtoReflect.Descriptor instead.
 func (*RelatedObjectReport) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{13}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RelatedObjectReport) GetReportId() uint64 {
@@ -1236,7 +1305,7 @@ type RelatedObjectGone struct {
 
 func (x *RelatedObjectGone) Reset() {
 	*x = RelatedObjectGone{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1317,7 @@ func (x *RelatedObjectGone) String() string {
 func (*RelatedObjectGone) ProtoMessage() {}
 
 func (x *RelatedObjectGone) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1330,7 @@ func (x *RelatedObjectGone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectGone.ProtoReflect.Descriptor instead.
 func (*RelatedObjectGone) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{14}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{15}
 }
 
 // RelatedObjectUnresolved reports why a related object could not be located.
@@ -1275,7 +1344,7 @@ type RelatedObjectUnresolved struct {
 
 func (x *RelatedObjectUnresolved) Reset() {
 	*x = RelatedObjectUnresolved{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1356,7 @@ func (x *RelatedObjectUnresolved) String() string {
 func (*RelatedObjectUnresolved) ProtoMessage() {}
 
 func (x *RelatedObjectUnresolved) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1369,7 @@ func (x *RelatedObjectUnresolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectUnresolved.ProtoReflect.Descriptor instead.
 func (*RelatedObjectUnresolved) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{15}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RelatedObjectUnresolved) GetMessage() string {
@@ -1327,7 +1396,7 @@ type DeletionConfirmation struct {
 
 func (x *DeletionConfirmation) Reset() {
 	*x = DeletionConfirmation{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1408,7 @@ func (x *DeletionConfirmation) String() string {
 func (*DeletionConfirmation) ProtoMessage() {}
 
 func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1421,7 @@ func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletionConfirmation.ProtoReflect.Descriptor instead.
 func (*DeletionConfirmation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeletionConfirmation) GetReportId() uint64 {
@@ -1396,7 +1465,7 @@ type ResendRequest struct {
 
 func (x *ResendRequest) Reset() {
 	*x = ResendRequest{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1477,7 @@ func (x *ResendRequest) String() string {
 func (*ResendRequest) ProtoMessage() {}
 
 func (x *ResendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1490,7 @@ func (x *ResendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendRequest.ProtoReflect.Descriptor instead.
 func (*ResendRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResendRequest) GetReportId() uint64 {
@@ -1463,7 +1532,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1544,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1557,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{18}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportResult) GetReportId() uint64 {
@@ -1564,14 +1633,19 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\tInventory\x128\n" +
 	"\aentries\x18\x01 \x03(\v2\x1e.ferry.v1alpha1.InventoryEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12-\n" +
-	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\"\xc9\x01\n" +
+	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\"\x91\x02\n" +
 	"\x0eInventoryEntry\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x128\n" +
 	"\x18applied_resource_version\x18\x02 \x01(\tR\x16appliedResourceVersion\x12-\n" +
 	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\x12!\n" +
-	"\fapplied_hash\x18\x04 \x01(\tR\vappliedHash\"7\n" +
+	"\fapplied_hash\x18\x04 \x01(\tR\vappliedHash\x12'\n" +
+	"\x0flocal_namespace\x18\x05 \x01(\tR\x0elocalNamespace\x12\x1d\n" +
+	"\n" +
+	"local_name\x18\x06 \x01(\tR\tlocalName\"7\n" +
 	"\x0eResyncComplete\x12%\n" +
-	"\x0equeued_intents\x18\x01 \x01(\rR\rqueuedIntents\"\xd8\x01\n" +
+	"\x0equeued_intents\x18\x01 \x01(\rR\rqueuedIntents\"C\n" +
+	"\x10InventoryRequest\x12/\n" +
+	"\x13published_resources\x18\x01 \x03(\tR\x12publishedResources\"\xd8\x01\n" +
 	"\fStatusReport\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12\x16\n" +
@@ -1631,7 +1705,7 @@ func file_ferry_v1alpha1_objects_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(ApplyErrorReason)(0),           // 0: ferry.v1alpha1.ApplyErrorReason
 	(*GroupVersionResource)(nil),    // 1: ferry.v1alpha1.GroupVersionResource
@@ -1646,13 +1720,14 @@ var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(*Inventory)(nil),               // 10: ferry.v1alpha1.Inventory
 	(*InventoryEntry)(nil),          // 11: ferry.v1alpha1.InventoryEntry
 	(*ResyncComplete)(nil),          // 12: ferry.v1alpha1.ResyncComplete
-	(*StatusReport)(nil),            // 13: ferry.v1alpha1.StatusReport
-	(*RelatedObjectReport)(nil),     // 14: ferry.v1alpha1.RelatedObjectReport
-	(*RelatedObjectGone)(nil),       // 15: ferry.v1alpha1.RelatedObjectGone
-	(*RelatedObjectUnresolved)(nil), // 16: ferry.v1alpha1.RelatedObjectUnresolved
-	(*DeletionConfirmation)(nil),    // 17: ferry.v1alpha1.DeletionConfirmation
-	(*ResendRequest)(nil),           // 18: ferry.v1alpha1.ResendRequest
-	(*ReportResult)(nil),            // 19: ferry.v1alpha1.ReportResult
+	(*InventoryRequest)(nil),        // 13: ferry.v1alpha1.InventoryRequest
+	(*StatusReport)(nil),            // 14: ferry.v1alpha1.StatusReport
+	(*RelatedObjectReport)(nil),     // 15: ferry.v1alpha1.RelatedObjectReport
+	(*RelatedObjectGone)(nil),       // 16: ferry.v1alpha1.RelatedObjectGone
+	(*RelatedObjectUnresolved)(nil), // 17: ferry.v1alpha1.RelatedObjectUnresolved
+	(*DeletionConfirmation)(nil),    // 18: ferry.v1alpha1.DeletionConfirmation
+	(*ResendRequest)(nil),           // 19: ferry.v1alpha1.ResendRequest
+	(*ReportResult)(nil),            // 20: ferry.v1alpha1.ReportResult
 }
 var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	1,  // 0: ferry.v1alpha1.ObjectKey.resource:type_name -> ferry.v1alpha1.GroupVersionResource
@@ -1673,8 +1748,8 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	8,  // 15: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
 	4,  // 16: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
 	1,  // 17: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	15, // 18: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
-	16, // 19: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
+	16, // 18: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
+	17, // 19: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
 	8,  // 20: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
 	2,  // 21: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
 	3,  // 22: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
@@ -1696,7 +1771,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 		(*SyncIntent_Upsert)(nil),
 		(*SyncIntent_Delete)(nil),
 	}
-	file_ferry_v1alpha1_objects_proto_msgTypes[13].OneofWrappers = []any{
+	file_ferry_v1alpha1_objects_proto_msgTypes[14].OneofWrappers = []any{
 		(*RelatedObjectReport_Object)(nil),
 		(*RelatedObjectReport_Gone)(nil),
 		(*RelatedObjectReport_Unresolved)(nil),
@@ -1708,7 +1783,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_objects_proto_rawDesc), len(file_ferry_v1alpha1_objects_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -279,6 +279,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_ReportResult
 	//	*ConnectResponse_ExportStatus
 	//	*ConnectResponse_ResyncComplete
+	//	*ConnectResponse_InventoryRequest
 	Message       isConnectResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -384,6 +385,15 @@ func (x *ConnectResponse) GetResyncComplete() *ResyncComplete {
 	return nil
 }
 
+func (x *ConnectResponse) GetInventoryRequest() *InventoryRequest {
+	if x != nil {
+		if x, ok := x.Message.(*ConnectResponse_InventoryRequest); ok {
+			return x.InventoryRequest
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Message interface {
 	isConnectResponse_Message()
 }
@@ -424,6 +434,14 @@ type ConnectResponse_ResyncComplete struct {
 	ResyncComplete *ResyncComplete `protobuf:"bytes,7,opt,name=resync_complete,json=resyncComplete,proto3,oneof"`
 }
 
+type ConnectResponse_InventoryRequest struct {
+	// Asks the edge for its complete inventory again (only sent when both
+	// sides announced CAPABILITY_INVENTORY_REQUEST). The edge answers with
+	// Inventory chunks as after a handshake; the broker compares them the
+	// same way and then sends ResyncComplete.
+	InventoryRequest *InventoryRequest `protobuf:"bytes,8,opt,name=inventory_request,json=inventoryRequest,proto3,oneof"`
+}
+
 func (*ConnectResponse_Hello) isConnectResponse_Message() {}
 
 func (*ConnectResponse_Heartbeat) isConnectResponse_Message() {}
@@ -437,6 +455,8 @@ func (*ConnectResponse_ReportResult) isConnectResponse_Message() {}
 func (*ConnectResponse_ExportStatus) isConnectResponse_Message() {}
 
 func (*ConnectResponse_ResyncComplete) isConnectResponse_Message() {}
+
+func (*ConnectResponse_InventoryRequest) isConnectResponse_Message() {}
 
 var File_ferry_v1alpha1_sync_proto protoreflect.FileDescriptor
 
@@ -455,7 +475,7 @@ const file_ferry_v1alpha1_sync_proto_rawDesc = "" +
 	"\x15deletion_confirmation\x18\t \x01(\v2$.ferry.v1alpha1.DeletionConfirmationH\x00R\x14deletionConfirmation\x12F\n" +
 	"\x0eresend_request\x18\n" +
 	" \x01(\v2\x1d.ferry.v1alpha1.ResendRequestH\x00R\rresendRequestB\t\n" +
-	"\amessage\"\xdf\x03\n" +
+	"\amessage\"\xb0\x04\n" +
 	"\x0fConnectResponse\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.ferry.v1alpha1.BrokerHelloH\x00R\x05hello\x129\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x19.ferry.v1alpha1.HeartbeatH\x00R\theartbeat\x12F\n" +
@@ -463,7 +483,8 @@ const file_ferry_v1alpha1_sync_proto_rawDesc = "" +
 	"\x06intent\x18\x04 \x01(\v2\x1a.ferry.v1alpha1.SyncIntentH\x00R\x06intent\x12C\n" +
 	"\rreport_result\x18\x05 \x01(\v2\x1c.ferry.v1alpha1.ReportResultH\x00R\freportResult\x12C\n" +
 	"\rexport_status\x18\x06 \x01(\v2\x1c.ferry.v1alpha1.ExportStatusH\x00R\fexportStatus\x12I\n" +
-	"\x0fresync_complete\x18\a \x01(\v2\x1e.ferry.v1alpha1.ResyncCompleteH\x00R\x0eresyncCompleteB\t\n" +
+	"\x0fresync_complete\x18\a \x01(\v2\x1e.ferry.v1alpha1.ResyncCompleteH\x00R\x0eresyncComplete\x12O\n" +
+	"\x11inventory_request\x18\b \x01(\v2 .ferry.v1alpha1.InventoryRequestH\x00R\x10inventoryRequestB\t\n" +
 	"\amessage2]\n" +
 	"\vSyncService\x12N\n" +
 	"\aConnect\x12\x1e.ferry.v1alpha1.ConnectRequest\x1a\x1f.ferry.v1alpha1.ConnectResponse(\x010\x01BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
@@ -500,6 +521,7 @@ var file_ferry_v1alpha1_sync_proto_goTypes = []any{
 	(*ReportResult)(nil),         // 15: ferry.v1alpha1.ReportResult
 	(*ExportStatus)(nil),         // 16: ferry.v1alpha1.ExportStatus
 	(*ResyncComplete)(nil),       // 17: ferry.v1alpha1.ResyncComplete
+	(*InventoryRequest)(nil),     // 18: ferry.v1alpha1.InventoryRequest
 }
 var file_ferry_v1alpha1_sync_proto_depIdxs = []int32{
 	2,  // 0: ferry.v1alpha1.ConnectRequest.hello:type_name -> ferry.v1alpha1.EdgeHello
@@ -519,13 +541,14 @@ var file_ferry_v1alpha1_sync_proto_depIdxs = []int32{
 	15, // 14: ferry.v1alpha1.ConnectResponse.report_result:type_name -> ferry.v1alpha1.ReportResult
 	16, // 15: ferry.v1alpha1.ConnectResponse.export_status:type_name -> ferry.v1alpha1.ExportStatus
 	17, // 16: ferry.v1alpha1.ConnectResponse.resync_complete:type_name -> ferry.v1alpha1.ResyncComplete
-	0,  // 17: ferry.v1alpha1.SyncService.Connect:input_type -> ferry.v1alpha1.ConnectRequest
-	1,  // 18: ferry.v1alpha1.SyncService.Connect:output_type -> ferry.v1alpha1.ConnectResponse
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 17: ferry.v1alpha1.ConnectResponse.inventory_request:type_name -> ferry.v1alpha1.InventoryRequest
+	0,  // 18: ferry.v1alpha1.SyncService.Connect:input_type -> ferry.v1alpha1.ConnectRequest
+	1,  // 19: ferry.v1alpha1.SyncService.Connect:output_type -> ferry.v1alpha1.ConnectResponse
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_sync_proto_init() }
@@ -556,6 +579,7 @@ func file_ferry_v1alpha1_sync_proto_init() {
 		(*ConnectResponse_ReportResult)(nil),
 		(*ConnectResponse_ExportStatus)(nil),
 		(*ConnectResponse_ResyncComplete)(nil),
+		(*ConnectResponse_InventoryRequest)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

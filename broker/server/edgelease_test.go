@@ -1,0 +1,239 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/edgelease"
+	"github.com/ferry-dev/ferry/broker/session"
+)
+
+type refusedEngine struct{ refused uint64 }
+
+func (e refusedEngine) Status() *ferryv1.EngineStatus {
+	return &ferryv1.EngineStatus{RefusedMessages: e.refused}
+}
+
+var (
+	leaseEdgeA = config.Edge{Identity: "spiffe://test/edge-a", Name: "alpha", APIExport: exportA}
+	leaseEdgeB = config.Edge{Identity: "spiffe://test/edge-b", Name: "beta", APIExport: config.APIExportRef{Workspace: "root:team", Name: "b.ferry.dev"}}
+)
+
+// leaseHarness runs edgeLeases on one fake clientset per workspace.
+type leaseHarness struct {
+	kcp    map[string]*fake.Clientset
+	leases *edgeLeases
+	stop   func()
+	cancel context.CancelFunc
+}
+
+func startLeaseHarness(t *testing.T) *leaseHarness {
+	t.Helper()
+	h := &leaseHarness{kcp: map[string]*fake.Clientset{"root:org": fake.NewClientset(), "root:team": fake.NewClientset()}}
+	clients := edgelease.ClientsFunc(func(ws string) (coordinationv1client.LeasesGetter, error) {
+		cs, ok := h.kcp[ws]
+		if !ok {
+			return nil, fmt.Errorf("no workspace %s", ws)
+		}
+		return cs.CoordinationV1(), nil
+	})
+	h.leases = newEdgeLeases(Options{
+		Config:          &config.Config{Edges: []config.Edge{leaseEdgeA, leaseEdgeB}},
+		ShutdownTimeout: 5 * time.Second,
+		Log:             testr.New(t),
+		EdgeLeases:      EdgeLeaseOptions{Namespace: "default", RenewInterval: 20 * time.Millisecond, Clients: clients},
+	})
+	if h.leases == nil {
+		t.Fatal("edge Leases are off")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.stop = h.leases.start(ctx)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cancel()
+			h.stop()
+		}
+	})
+	stop := h.stop
+	h.stop = func() { stopped = true; stop() }
+	return h
+}
+
+// lease returns edge's Lease as the fake kcp holds it, or nil.
+func (h *leaseHarness) lease(edge config.Edge) *coordinationv1.Lease {
+	obj, err := h.kcp[edge.APIExport.Workspace].Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), "default",
+		edgelease.Name(edge.ResolvedName(), edge.Identity))
+	if err != nil {
+		return nil
+	}
+	return obj.(*coordinationv1.Lease)
+}
+
+// waitLease waits until edge's Lease satisfies ok.
+func (h *leaseHarness) waitLease(t *testing.T, edge config.Edge, what string, ok func(*coordinationv1.Lease) bool) *coordinationv1.Lease {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l := h.lease(edge)
+		if l != nil && ok(l) {
+			return l
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Lease of %s never %s; last: %v", edge.Identity, what, l)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func state(l *coordinationv1.Lease) string { return l.Annotations[edgelease.AnnotationState] }
+
+func testSession(edge config.Edge, id string, at time.Time) *session.Session {
+	return session.NewSession(session.Info{
+		ID: id, Identity: edge.Identity, AgentName: "nora", EdgeVersion: "v0.9.0", Export: edge.APIExport,
+		PeerAddress: "127.0.0.1:40000", ProtocolVersion: 1, ConnectedAt: at,
+	}, func() {})
+}
+
+func TestEdgeLeasesFollowASession(t *testing.T) {
+	h := startLeaseHarness(t)
+
+	// Every configured edge has a Lease from the start.
+	for _, e := range []config.Edge{leaseEdgeA, leaseEdgeB} {
+		l := h.waitLease(t, e, "created", func(l *coordinationv1.Lease) bool { return state(l) == "Disconnected" })
+		if r := l.Annotations[edgelease.AnnotationDisconnectReason]; r != edgelease.ReasonNotConnected {
+			t.Errorf("%s: reason %q, want %q", e.Identity, r, edgelease.ReasonNotConnected)
+		}
+	}
+
+	connectedAt := time.Now().Add(-time.Minute).Truncate(time.Second)
+	sess := testSession(leaseEdgeA, "s1", connectedAt)
+	ls := h.leases.connected(sess, leaseEdgeA, refusedEngine{refused: 2}, 5*time.Millisecond)
+	l := h.waitLease(t, leaseEdgeA, "Connected", func(l *coordinationv1.Lease) bool { return state(l) == "Connected" })
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "nora" || !l.Spec.AcquireTime.Time.Equal(connectedAt) {
+		t.Errorf("Connected Lease spec = %+v", l.Spec)
+	}
+	// Renewed every renewInterval (20ms, longer than the heartbeat): three
+	// of those make the Lease's duration, rounded up to a second.
+	if d := l.Spec.LeaseDurationSeconds; d == nil || *d != 1 {
+		t.Errorf("leaseDurationSeconds = %v, want 1", d)
+	}
+	for k, want := range map[string]string{
+		edgelease.AnnotationEdgeVersion: "v0.9.0", edgelease.AnnotationSessionID: "s1", edgelease.AnnotationRefusedMessages: "2",
+		edgelease.AnnotationPeerAddress: "127.0.0.1:40000", edgelease.AnnotationProtocolVersion: "1",
+	} {
+		if got := l.Annotations[k]; got != want {
+			t.Errorf("annotation %s = %q, want %q", k, got, want)
+		}
+	}
+
+	// The edge's messages move renewTime; its nacks are counted.
+	handled := 0
+	handle := ls.observe(func(*ferryv1.ConnectRequest) error { handled++; return nil })
+	for range 3 {
+		_ = handle(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: &ferryv1.IntentResult{
+			Error: &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: "spec.size: must be positive"},
+		}}})
+	}
+	_ = handle(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: &ferryv1.IntentResult{}}})
+	if handled != 4 {
+		t.Errorf("the wrapped handler saw %d messages, want 4", handled)
+	}
+	seen := connectedAt.Add(30 * time.Second)
+	sess.Seen(seen)
+	h.waitLease(t, leaseEdgeA, "renewed with the last message and the nacks", func(l *coordinationv1.Lease) bool {
+		return l.Spec.RenewTime.Time.Equal(seen) && l.Annotations[edgelease.AnnotationNacks] == "3" &&
+			l.Annotations[edgelease.AnnotationLastError] == "INVALID: spec.size: must be positive"
+	})
+
+	ls.disconnected(nil)
+	l = h.waitLease(t, leaseEdgeA, "Disconnected", func(l *coordinationv1.Lease) bool { return state(l) == "Disconnected" })
+	if l.Spec.HolderIdentity != nil {
+		t.Errorf("holderIdentity = %q after the disconnect", *l.Spec.HolderIdentity)
+	}
+	if l.Annotations[edgelease.AnnotationDisconnectReason] != "edge closed the stream" || l.Annotations[edgelease.AnnotationNacks] != "3" ||
+		l.Annotations[edgelease.AnnotationEdgeVersion] != "v0.9.0" {
+		t.Errorf("Disconnected annotations = %v", l.Annotations)
+	}
+	// No renewal after the disconnect.
+	rv := l.ResourceVersion
+	time.Sleep(100 * time.Millisecond)
+	if l := h.lease(leaseEdgeA); l.ResourceVersion != rv || state(l) != "Disconnected" {
+		t.Errorf("the Lease changed after the disconnect: %v", l)
+	}
+	// The other edge never connected.
+	if l := h.lease(leaseEdgeB); state(l) != "Disconnected" || l.Spec.HolderIdentity != nil {
+		t.Errorf("the other edge's Lease = %v", l)
+	}
+}
+
+func TestEdgeLeasesShutdownWritesDisconnected(t *testing.T) {
+	h := startLeaseHarness(t)
+	ls := h.leases.connected(testSession(leaseEdgeB, "s7", time.Now()), leaseEdgeB, refusedEngine{}, time.Second)
+	h.waitLease(t, leaseEdgeB, "Connected", func(l *coordinationv1.Lease) bool { return state(l) == "Connected" })
+
+	// As Serve does: the broker's context ends, the stream ends, then stop.
+	h.cancel()
+	ls.disconnected(status.Error(codes.Unavailable, errShuttingDown.Error()))
+	h.stop()
+	l := h.lease(leaseEdgeB)
+	if state(l) != "Disconnected" || l.Annotations[edgelease.AnnotationDisconnectReason] != "the broker is shutting down" {
+		t.Errorf("after shutdown the Lease shows %v", l.Annotations)
+	}
+}
+
+func TestEdgeLeasesOff(t *testing.T) {
+	for name, o := range map[string]Options{
+		"no namespace": {Config: &config.Config{Edges: []config.Edge{leaseEdgeA}}, EdgeLeases: EdgeLeaseOptions{RenewInterval: time.Second}},
+		"no config":    {EdgeLeases: EdgeLeaseOptions{Namespace: "default"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := newEdgeLeases(o)
+			if l != nil {
+				t.Fatal("edge Leases are on")
+			}
+			// Every hook is a no-op.
+			l.start(context.Background())()
+			s := l.connected(testSession(leaseEdgeA, "s1", time.Now()), leaseEdgeA, refusedEngine{}, time.Second)
+			called := false
+			_ = s.observe(func(*ferryv1.ConnectRequest) error { called = true; return nil })(&ferryv1.ConnectRequest{})
+			if !called {
+				t.Error("observe dropped the handler")
+			}
+			s.disconnected(nil)
+		})
+	}
+}
+
+func TestDisconnectReason(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "edge closed the stream", err: nil, want: "edge closed the stream"},
+		{name: "edge cancelled", err: status.Error(codes.Canceled, "context canceled"), want: ReasonStreamCanceled},
+		{name: "silent edge", err: status.Error(codes.Unavailable, "no message from the edge for 3s"), want: "no message from the edge for 3s"},
+		{name: "shutdown", err: status.Error(codes.Unavailable, errShuttingDown.Error()), want: "the broker is shutting down"},
+		{name: "plain error", err: fmt.Errorf("send: %w", context.DeadlineExceeded), want: "send: context deadline exceeded"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := disconnectReason(tt.err); got != tt.want {
+				t.Errorf("disconnectReason(%v) = %q, want %q", tt.err, got, tt.want)
+			}
+		})
+	}
+}

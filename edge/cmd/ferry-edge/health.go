@@ -1,0 +1,30 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// ready is the edge's readiness check. The leader is ready while its
+// stream to the broker is established (accepted by the broker; a stream
+// silent for three heartbeats is closed, so an established stream is one
+// making progress). A standby replica is ready: it does what it should,
+// wait for the Lease, and failing it would block a rolling update that
+// keeps one replica leading.
+func (p *edgeProcess) ready(*http.Request) error {
+	cur := p.current.Load()
+	if cur == nil {
+		return errors.New("starting")
+	}
+	if !cur.leading.Load() {
+		if p.cfg.LeaderElect {
+			return nil // standby
+		}
+		return errors.New("starting")
+	}
+	if !cur.stream.Connected() {
+		return fmt.Errorf("no established stream to the broker at %s (the log says why; see ferry_edge_stream_attempts_total)", p.cfg.BrokerAddress)
+	}
+	return nil
+}
