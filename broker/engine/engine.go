@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -206,7 +208,7 @@ func (e *Engine) NextIntent() (*ferryv1.ConnectResponse, bool) {
 	}
 	e.opts.Metrics.IntentSent(metrics.OperationLabel(in))
 	if log := e.opts.Log.V(4); log.Enabled() {
-		log.Info("sending intent", "object", replicate.KeyString(in.GetKey()), "operation", operationName(in),
+		log.Info("sending intent", logging.KeyObject, replicate.KeyString(in.GetKey()), "operation", operationName(in),
 			"sequence", in.GetVersion().GetSequence(), "resourceVersion", in.GetVersion().GetResourceVersion())
 	}
 	return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}, true
@@ -224,7 +226,7 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectResponse, size, limit int) {
 	if rt := in.GetRelatedTo(); rt != nil {
 		primary = rt.GetPrimary()
 	}
-	e.opts.Log.Info("object not synced: larger than the edge accepts", "object", replicate.KeyString(in.GetKey()), "bytes", size, "limit", limit)
+	e.opts.Log.Info("object not synced: larger than the edge accepts", logging.KeyObject, replicate.KeyString(in.GetKey()), "bytes", size, "limit", limit)
 	e.reports.add(reportTask{pr: in.GetPublishedResource(), key: primary, failure: &ferryv1.ApplyError{
 		Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE,
 		Message: tooLargeMessage(size, limit),

@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -82,7 +84,7 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	in, queued := e.intents.Answer(r.GetKey(), r.GetRelatedTo(), r.GetVersion())
 	if log := e.opts.Log.V(4); log.Enabled() {
-		log.Info("intent answered", "object", replicate.KeyString(r.GetKey()), "sequence", r.GetVersion().GetSequence(),
+		log.Info("intent answered", logging.KeyObject, replicate.KeyString(r.GetKey()), "sequence", r.GetVersion().GetSequence(),
 			"stale", in == nil, "error", r.GetError().GetMessage())
 	}
 	if in == nil {
@@ -109,12 +111,12 @@ func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	}
 	if ae.GetRetryable() || ae.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
 		delay := e.mgr.Retry(pr, r.GetKey())
-		log.V(1).Info("edge could not apply an object; retrying", "object", replicate.KeyString(r.GetKey()),
+		log.V(1).Info("edge could not apply an object; retrying", logging.KeyObject, replicate.KeyString(r.GetKey()),
 			"reason", ae.GetReason().String(), "message", ae.GetMessage(), "retryIn", delay.String())
 		return
 	}
 	e.mgr.Rejected(pr, r.GetKey(), "")
-	log.Info("edge rejected an object; waiting for it or its PublishedResource to change", "object", replicate.KeyString(r.GetKey()),
+	log.Info("edge rejected an object; waiting for it or its PublishedResource to change", logging.KeyObject, replicate.KeyString(r.GetKey()),
 		"reason", ae.GetReason().String(), "message", ae.GetMessage())
 }
 

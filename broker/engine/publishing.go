@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -110,12 +112,12 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			// Temporary: the finalizers stay until the edge publishes again.
 			w.mgr.Remove(name)
 			w.queue.Forget(name)
-			w.log.Info("PublishedResource withdrawn; its schema stays in the APIExport", "publishedResource", name)
+			w.log.Info("PublishedResource withdrawn; its schema stays in the APIExport", logging.KeyPublishedResource, name)
 			return
 		}
 		res, err := w.release(ctx, m.Unpublish)
 		if err != nil {
-			w.log.Error(err, "releasing the objects of a deleted PublishedResource failed; retrying", "publishedResource", name)
+			w.log.Error(err, "releasing the objects of a deleted PublishedResource failed; retrying", logging.KeyPublishedResource, name)
 			w.requeue(name, msg)
 			return
 		}
@@ -124,7 +126,7 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 	case *ferryv1.ConnectRequest_Publish:
 		if d, ok := w.done[name]; ok && proto.Equal(d.msg, m.Publish) {
 			w.queue.Forget(name)
-			w.log.Info("publish unchanged since it was applied; answered without a call to kcp", "publishedResource", name,
+			w.log.Info("publish unchanged since it was applied; answered without a call to kcp", logging.KeyPublishedResource, name,
 				"revision", d.res.GetRevision())
 			w.results(d.res)
 			return
@@ -144,7 +146,7 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			err = w.published(ctx, m.Publish, &spec, res)
 		}
 		if err != nil {
-			w.log.Error(err, "publishing failed; retrying", "publishedResource", name)
+			w.log.Error(err, "publishing failed; retrying", logging.KeyPublishedResource, name)
 			w.requeue(name, msg)
 			res = &ferryv1.PublishResult{
 				PublishedResource: name, Generation: m.Publish.GetGeneration(), Revision: m.Publish.GetRevision(),
@@ -153,7 +155,7 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 		} else {
 			w.queue.Forget(name)
 			w.done[name] = applied{msg: m.Publish, res: res}
-			w.log.Info("publish applied", "publishedResource", name, "revision", res.GetRevision(),
+			w.log.Info("publish applied", logging.KeyPublishedResource, name, "revision", res.GetRevision(),
 				"state", res.GetState().String(), "reason", res.GetReason(), "schema", res.GetResourceSchemaName())
 			if res.GetState() == ferryv1.PublishState_PUBLISH_STATE_FAILED {
 				w.mgr.Remove(name)
@@ -179,7 +181,7 @@ func (w *publishWorker) published(ctx context.Context, msg *ferryv1.Publish, spe
 	r, ok, err := syncedResource(msg, spec, res)
 	switch {
 	case err != nil:
-		w.log.Error(err, "cannot sync published resource", "publishedResource", msg.GetPublishedResource())
+		w.log.Error(err, "cannot sync published resource", logging.KeyPublishedResource, msg.GetPublishedResource())
 	case ok:
 		w.mgr.Ensure(r)
 	default:
@@ -202,7 +204,7 @@ func (w *publishWorker) release(ctx context.Context, u *ferryv1.Unpublish) (*fer
 		// Never published: nothing in kcp carries a finalizer of it.
 		w.mgr.Remove(name)
 		res.Message = "withdrawn; it was never served in kcp"
-		w.log.Info("PublishedResource withdrawn; it was never served in kcp", "publishedResource", name)
+		w.log.Info("PublishedResource withdrawn; it was never served in kcp", logging.KeyPublishedResource, name)
 		return res, nil
 	}
 	if gvr.GetGroup() != w.export.Name || gvr.GetVersion() == "" {
@@ -219,7 +221,7 @@ func (w *publishWorker) release(ctx context.Context, u *ferryv1.Unpublish) (*fer
 		return nil, err
 	}
 	res.Message = fmt.Sprintf("withdrawn; the broker released its finalizer on %d objects in kcp", n)
-	w.log.Info("PublishedResource withdrawn; its objects are released and its schema stays in the APIExport", "publishedResource", name,
+	w.log.Info("PublishedResource withdrawn; its objects are released and its schema stays in the APIExport", logging.KeyPublishedResource, name,
 		"released", n, "deleteRelated", u.GetRelease() == ferryv1.ReleasePolicy_RELEASE_POLICY_DELETE)
 	return res, nil
 }
@@ -236,7 +238,7 @@ func (w *publishWorker) refuseRelated(msg *ferryv1.Publish, spec *ferryv1alpha1.
 	for _, ref := range refs {
 		if gr := ref.Resource.GroupResource(); !w.allowRelated(gr) {
 			w.mgr.CountRefused()
-			w.log.Info("refused a PublishedResource: its related[] names a resource this edge may not claim", "publishedResource", msg.GetPublishedResource(),
+			w.log.Info("refused a PublishedResource: its related[] names a resource this edge may not claim", logging.KeyPublishedResource, msg.GetPublishedResource(),
 				"related", ref.Identifier, "resource", gr.String())
 			return &ferryv1.PublishResult{
 				PublishedResource: msg.GetPublishedResource(), Generation: msg.GetGeneration(), Revision: msg.GetRevision(),

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -190,7 +192,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 			return
 		}
 		if !ok {
-			w.log.Info("edge report for a resource this edge does not sync; dropped", "object", replicate.KeyString(t.key))
+			w.log.Info("edge report for a resource this edge does not sync; dropped", logging.KeyObject, replicate.KeyString(t.key))
 			w.queue.Forget(k)
 			w.metrics.ReportDone(t.kind(), false)
 			w.answer(&ferryv1.ReportResult{ReportId: t.id, Error: &ferryv1.ApplyError{
@@ -206,15 +208,15 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	case t.failure != nil:
 		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure, t.relatedFailure); err != nil {
 			// Best effort: the failure is logged; the next one is recorded.
-			w.log.Error(err, "cannot record a sync failure as an Event in kcp", "object", replicate.KeyString(t.key))
+			w.log.Error(err, "cannot record a sync failure as an Event in kcp", logging.KeyObject, replicate.KeyString(t.key))
 		}
 		w.queue.Forget(k)
 		return
 	case t.deletion:
 		err = w.mgr.Release(ctx, t.pr, t.key)
-		w.log.V(4).Info("edge confirmed a deletion", "object", replicate.KeyString(t.key), "error", err)
+		w.log.V(4).Info("edge confirmed a deletion", logging.KeyObject, replicate.KeyString(t.key), "error", err)
 	case t.resend != nil:
-		w.log.Info("edge asked for an object's desired state again", "object", replicate.KeyString(t.key),
+		w.log.Info("edge asked for an object's desired state again", logging.KeyObject, replicate.KeyString(t.key),
 			"localCopy", t.resend.GetReason())
 		w.mgr.Resend(t.pr, t.key)
 	case t.related != nil:
@@ -236,11 +238,11 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	case err == nil:
 		w.queue.Forget(k)
 	case Permanent(err):
-		w.log.Info("edge report not applied (final)", "object", replicate.KeyString(t.key), "error", err.Error())
+		w.log.Info("edge report not applied (final)", logging.KeyObject, replicate.KeyString(t.key), "error", err.Error())
 		answer.Error = &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: err.Error()}
 		w.queue.Forget(k)
 	default:
-		w.log.Error(err, "applying an edge report to kcp failed; retrying", "object", replicate.KeyString(t.key))
+		w.log.Error(err, "applying an edge report to kcp failed; retrying", logging.KeyObject, replicate.KeyString(t.key))
 		w.retry(k, t)
 		return // answered once it succeeds or fails for good
 	}

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
 	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
@@ -99,7 +101,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 			return nil, fmt.Errorf("cannot create APIResourceSchema %s in %s: %w", ars.Name, export.Workspace, err)
 		}
 	} else {
-		p.log.Info("created APIResourceSchema", "schema", ars.Name, "apiExport", export.String())
+		p.log.Info("created APIResourceSchema", "schema", ars.Name, logging.KeyExport, export.String())
 	}
 
 	claims := relatedClaims(spec.Related)
@@ -130,7 +132,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 		}
 		_, err = p.client.Cluster(path).ApisV1alpha2().APIExports().Update(ctx, current, metav1.UpdateOptions{})
 		if err == nil {
-			p.log.Info("updated APIExport", "apiExport", export.String(), "resource", plural, "schema", ars.Name)
+			p.log.Info("updated APIExport", logging.KeyExport, export.String(), "resource", plural, "schema", ars.Name)
 		}
 		return err
 	})

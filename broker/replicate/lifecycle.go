@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/kcp-dev/logicalcluster/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,7 +67,7 @@ func (m *Manager) ReleaseAll(ctx context.Context, pr string, gvr schema.GroupVer
 		m.opts.Outbox.Forget(objectKey(o, gvr), nil)
 		released++
 	}
-	m.opts.Log.Info("released every object of a withdrawn PublishedResource", "publishedResource", pr, "resource", gvr.String(),
+	m.opts.Log.Info("released every object of a withdrawn PublishedResource", logging.KeyPublishedResource, pr, "resource", gvr.String(),
 		"released", released, "relatedCopiesDeleted", deleteRelated && known)
 	return released, nil
 }

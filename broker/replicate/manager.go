@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	"github.com/kcp-dev/logicalcluster/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -321,7 +323,7 @@ func (m *Manager) gateLocked(pr string) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if open, ok := m.open[pr]; ok && !open {
-			m.opts.Log.Info("no complete inventory from the edge in time; comparing with what is known", "publishedResource", pr)
+			m.opts.Log.Info("no complete inventory from the edge in time; comparing with what is known", logging.KeyPublishedResource, pr)
 			m.openLocked(pr)
 		}
 	}()
@@ -441,7 +443,7 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 		return
 	}
 	m.unlisted[pr] = entries
-	m.opts.Log.Info("edge inventory received; compared once the published resource is listed", "publishedResource", pr, "objects", len(entries))
+	m.opts.Log.Info("edge inventory received; compared once the published resource is listed", logging.KeyPublishedResource, pr, logging.KeyObjects, len(entries))
 }
 
 // compareInventoryLocked replaces what the manager knows the edge applied
@@ -466,14 +468,14 @@ func (m *Manager) compareInventoryLocked(pr string, w *watcher, entries map[stri
 		}
 	}
 	m.opts.Metrics.Resynced(m.resyncSince, len(objects))
-	m.opts.Log.Info("edge inventory complete", "publishedResource", pr, "objects", len(entries))
+	m.opts.Log.Info("edge inventory complete", logging.KeyPublishedResource, pr, logging.KeyObjects, len(entries))
 	m.openLocked(pr)
 }
 
 // listed is called once w, pr's watcher, has listed its objects.
 func (m *Manager) listed(pr string, w *watcher) {
 	w.synced.Store(true)
-	m.opts.Log.Info("published resource listed", "publishedResource", pr, "objects", len(w.store.ListKeys()))
+	m.opts.Log.Info("published resource listed", logging.KeyPublishedResource, pr, logging.KeyObjects, len(w.store.ListKeys()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.running[pr] != w {
@@ -536,7 +538,7 @@ func (m *Manager) reconcileLocked() {
 		// Unfiltered: an object that leaves spec.filter must still be seen
 		// (as out of scope, not as deleted), or its finalizer would stay.
 		lw := m.countLists(watching.ListWatch(dyn.Resource(res.GVR), ""))
-		m.opts.Log.Info("watching published resource", "publishedResource", pr, "resource", res.GVR.String(), "filter", res.Selector.String())
+		m.opts.Log.Info("watching published resource", logging.KeyPublishedResource, pr, "resource", res.GVR.String(), "filter", res.Selector.String())
 		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { m.listed(pr, w) })
 	}
 	m.reconcileNamespacesLocked()
@@ -619,7 +621,7 @@ func (m *Manager) processNext(ctx context.Context) bool {
 	}
 	defer m.queue.Done(it)
 	if err := m.process(ctx, it); err != nil {
-		m.opts.Log.Error(err, "syncing object failed; retrying", "publishedResource", it.pr, "object", it.key)
+		m.opts.Log.Error(err, "syncing object failed; retrying", logging.KeyPublishedResource, it.pr, logging.KeyObject, it.key)
 		m.queue.AddRateLimited(it)
 		return true
 	}
@@ -731,7 +733,7 @@ func (m *Manager) gone(it item) {
 	if !ok || !m.markSent(it, "delete") {
 		return
 	}
-	m.opts.Log.V(1).Info("object gone from kcp without a confirmed deletion; deleting its copy", "object", KeyString(key))
+	m.opts.Log.V(1).Info("object gone from kcp without a confirmed deletion; deleting its copy", logging.KeyObject, KeyString(key))
 	m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: it.pr, Version: &ferryv1.ObjectVersion{},
 		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
 }

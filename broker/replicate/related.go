@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/kcp-dev/logicalcluster/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -537,7 +539,7 @@ func (m *Manager) note(ctx context.Context, it item, primary *ferryv1.ObjectKey,
 		return
 	}
 	if err := m.recordEvent(ctx, it.pr, primary, eventType, reason, message); err != nil {
-		m.opts.Log.Error(err, "cannot record an Event in kcp", "object", KeyString(primary), "reason", reason)
+		m.opts.Log.Error(err, "cannot record an Event in kcp", logging.KeyObject, KeyString(primary), "reason", reason)
 	}
 }
 

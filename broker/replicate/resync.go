@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ferry-dev/ferry/pkg/logging"
 )
 
 // Resyncs an admin asks for (AdminService.Resync): the edge sends its
@@ -176,7 +178,7 @@ func (m *Manager) closeGateLocked(pr string, d time.Duration) {
 		defer m.mu.Unlock()
 		switch open, ok := m.open[pr]; {
 		case ok && !open:
-			m.opts.Log.Info("no complete inventory from the edge in time for the resync; comparing with what is known", "publishedResource", pr)
+			m.opts.Log.Info("no complete inventory from the edge in time for the resync; comparing with what is known", logging.KeyPublishedResource, pr)
 			m.openLocked(pr)
 		case !ok:
 			// Withdrawn meanwhile: nothing to compare.

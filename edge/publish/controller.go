@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -225,7 +227,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if remaining > 0 {
 				// Not the hot path: a withdrawn resource's copies finishing
 				// their own finalizers are looked at again after a while.
-				r.Log.Info("synchronization disabled; waiting for local copies to be deleted", "publishedResource", pr.Name, "remaining", remaining)
+				r.Log.Info("synchronization disabled; waiting for local copies to be deleted", logging.KeyPublishedResource, pr.Name, "remaining", remaining)
 				requeue = releasePoll
 			}
 		}
@@ -328,7 +330,7 @@ func (r *Reconciler) finalize(ctx context.Context, pr *ferryv1alpha1.PublishedRe
 		// The store requeues when the broker answers or the edge connects.
 		return reconcile.Result{}, r.setStatus(ctx, pr, metav1.ConditionFalse, ferryv1alpha1.ReasonReleasing, msg, nil)
 	}
-	r.Log.Info("PublishedResource deleted; the broker released its objects", "publishedResource", pr.Name,
+	r.Log.Info("PublishedResource deleted; the broker released its objects", logging.KeyPublishedResource, pr.Name,
 		"deletionPolicy", string(pol), "broker", answer.GetMessage())
 	patch := client.MergeFromWithOptions(pr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(pr, ferryv1alpha1.PublishedResourceFinalizer)

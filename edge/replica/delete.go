@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -125,7 +127,7 @@ func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pu
 
 func (e *Engine) confirmLocked(in *ferryv1.SyncIntent) {
 	k := protocol.ObjectKeyString(in.GetKey())
-	e.opts.Log.V(4).Info("confirming a deletion", "object", k, "sequence", in.GetVersion().GetSequence())
+	e.opts.Log.V(4).Info("confirming a deletion", logging.KeyObject, k, "sequence", in.GetVersion().GetSequence())
 	delete(e.applied, k)
 	e.report("deleted|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
 		Key: in.GetKey(), Version: in.GetVersion(),
@@ -143,7 +145,7 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 		return
 	}
 	k := protocol.ObjectKeyString(remoteKey(w.pub, remote))
-	e.opts.Log.V(4).Info("local copy gone", "object", k, "local", nsName(u.GetNamespace(), u.GetName()))
+	e.opts.Log.V(4).Info("local copy gone", logging.KeyObject, k, "local", nsName(u.GetNamespace(), u.GetName()))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.statusSum, k)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -41,7 +43,7 @@ func (e *Engine) askResendLocked(k string, key *ferryv1.ObjectKey, what string) 
 		return
 	}
 	e.resend[k] = struct{}{}
-	e.opts.Log.Info("local copy "+what+" outside ferry; asking the broker for its desired state", "object", k)
+	e.opts.Log.Info("local copy "+what+" outside ferry; asking the broker for its desired state", logging.KeyObject, k)
 	e.report("resend|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
 		Key: key, Reason: what,
 	}}})
@@ -88,7 +90,7 @@ func (e *Engine) repair(ctx context.Context, k string) error {
 	if existing != nil {
 		what = "changed"
 	}
-	e.opts.Log.Info("local copy "+what+" outside ferry; applying the desired state again", "object", k, "local", nsName(rec.namespace, rec.name))
+	e.opts.Log.Info("local copy "+what+" outside ferry; applying the desired state again", logging.KeyObject, k, "local", nsName(rec.namespace, rec.name))
 	if res := e.apply(ctx, rec.intent); res.GetError() != nil {
 		return fmt.Errorf("%s", res.GetError().GetMessage())
 	}

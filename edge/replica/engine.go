@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -233,7 +235,7 @@ func (e *Engine) watchLocked(p *Published) {
 		w.lastErr = err
 		e.mu.Unlock()
 		e.queue.Add(conditionKey(p.Name))
-		e.opts.Log.Error(err, "cannot watch local copies", "publishedResource", p.Name, "resource", p.Local.String())
+		e.opts.Log.Error(err, "cannot watch local copies", logging.KeyPublishedResource, p.Name, "resource", p.Local.String())
 	})
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.localChanged(w, nil, obj) },
@@ -379,7 +381,7 @@ func (e *Engine) next(ctx context.Context) bool {
 	}
 	if in == nil {
 		if err := e.repair(ctx, k); err != nil {
-			e.opts.Log.Error(err, "cannot repair a local copy; retrying", "object", k)
+			e.opts.Log.Error(err, "cannot repair a local copy; retrying", logging.KeyObject, k)
 			e.queue.AddRateLimited(k)
 			return true
 		}
@@ -404,7 +406,7 @@ func (e *Engine) next(ctx context.Context) bool {
 		res = e.apply(ctx, in)
 	}
 	if log := e.opts.Log.V(4); log.Enabled() {
-		log.Info("intent handled", "object", k, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
+		log.Info("intent handled", logging.KeyObject, k, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
 			"local", nsName(res.GetLocalNamespace(), res.GetLocalName()), "error", res.GetError().GetMessage())
 	}
 	e.opts.Metrics.IntentDone(in, res)

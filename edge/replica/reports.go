@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -97,7 +99,7 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectRequest, size, limit int) {
 		if !ok {
 			return
 		}
-		e.opts.Log.Info("status too large for the broker; reporting the failure instead", "object", protocol.ObjectKeyString(r.StatusReport.GetKey()), "bytes", size, "limit", limit)
+		e.opts.Log.Info("status too large for the broker; reporting the failure instead", logging.KeyObject, protocol.ObjectKeyString(r.StatusReport.GetKey()), "bytes", size, "limit", limit)
 		e.reports.Put(entry.Key, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
 			Key: r.StatusReport.GetKey(), LocalResourceVersion: r.StatusReport.GetLocalResourceVersion(), Error: ae,
 		}}})
@@ -132,7 +134,7 @@ func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
 	if !w.pub.StatusMutator.Empty() {
 		mutated := u.DeepCopy()
 		if err := w.pub.StatusMutator.Apply(mutated.Object, mutation.Objects{Local: u.Object}); err != nil {
-			e.opts.Log.Error(err, "status mutation failed; status not reported", "object", u.GetNamespace()+"/"+u.GetName())
+			e.opts.Log.Error(err, "status mutation failed; status not reported", logging.KeyObject, u.GetNamespace()+"/"+u.GetName())
 			return
 		}
 		u = mutated

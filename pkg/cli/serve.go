@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -116,7 +118,7 @@ func serveHTTP(ctx context.Context, flag, addr string, h http.Handler, log logr.
 			log.Error(err, "HTTP server stopped", "flag", flag)
 		}
 	}()
-	log.Info(what, "address", lis.Addr().String())
+	log.Info(what, logging.KeyAddress, lis.Addr().String())
 	return lis.Addr(), nil
 }
 

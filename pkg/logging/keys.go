@@ -16,4 +16,9 @@ const (
 	KeyReason          = "reason"
 	KeyHolder          = "holder"
 	KeyLogicalCluster  = "logicalCluster"
+	// KeyObject is an object's key (cluster|group/resource|namespace/name).
+	KeyObject = "object"
+	// KeyObjects is a count of objects.
+	KeyObjects           = "objects"
+	KeyPublishedResource = "publishedResource"
 )

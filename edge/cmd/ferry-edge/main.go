@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferry-dev/ferry/pkg/logging"
+
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -106,7 +108,7 @@ func run(args []string) error {
 		defer events.Shutdown()
 		events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.leaderClient.CoreV1().Events(opts.LeaderNamespace)})
 		p.events = events.NewRecorder(scheme, corev1.EventSource{Component: "ferry-edge", Host: p.identity})
-		log.Info("leader election", "identity", p.identity, "lease", opts.LeaderNamespace+"/"+leaseName(opts))
+		log.Info("leader election", logging.KeyIdentity, p.identity, "lease", opts.LeaderNamespace+"/"+leaseName(opts))
 	}
 
 	// Incarnations: a lost lease ends one, and the next starts in the same
