@@ -311,9 +311,23 @@ func (m *Manager) gateLocked(pr string) {
 		return
 	}
 	m.open[pr] = false
+	m.afterLocked(m.opts.InventoryGate, func() {
+		if open, ok := m.open[pr]; ok && !open {
+			m.opts.Log.Info("no complete inventory from the edge in time; comparing with what is known", logging.KeyPublishedResource, pr)
+			m.openLocked(pr)
+		}
+	})
+}
+
+// afterLocked calls f, with m.mu held, once d has passed, unless the
+// manager's context ends first (without a context, never).
+func (m *Manager) afterLocked(d time.Duration, f func()) {
+	if m.ctx == nil {
+		return
+	}
 	ctx := m.ctx
 	go func() {
-		t := time.NewTimer(m.opts.InventoryGate)
+		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
@@ -322,10 +336,7 @@ func (m *Manager) gateLocked(pr string) {
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if open, ok := m.open[pr]; ok && !open {
-			m.opts.Log.Info("no complete inventory from the edge in time; comparing with what is known", logging.KeyPublishedResource, pr)
-			m.openLocked(pr)
-		}
+		f()
 	}()
 }
 

@@ -162,20 +162,7 @@ var ErrUnknownResource = errors.New("not a published resource of this edge")
 // has passed.
 func (m *Manager) closeGateLocked(pr string, d time.Duration) {
 	m.open[pr] = false
-	if m.ctx == nil {
-		return
-	}
-	ctx := m.ctx
-	go func() {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
+	m.afterLocked(d, func() {
 		switch open, ok := m.open[pr]; {
 		case ok && !open:
 			m.opts.Log.Info("no complete inventory from the edge in time for the resync; comparing with what is known", logging.KeyPublishedResource, pr)
@@ -187,7 +174,7 @@ func (m *Manager) closeGateLocked(pr string, d time.Duration) {
 				m.finishResyncLocked(nil)
 			}
 		}
-	}()
+	})
 }
 
 // resyncInventoryLocked counts the entries of an inventory chunk for the

@@ -302,8 +302,9 @@ func TestAdminGetObjectStateExplainsFailure(t *testing.T) {
 
 // denyFieldV1 makes the service cluster refuse objects of group/resource
 // (kind) whose spec.fieldV1 is "forbidden", and waits until the policy
-// bites.
-func denyFieldV1(t testing.TB, e *syncEnv, group, kind, resource string) {
+// bites. lift removes the policy's binding and waits until it no longer
+// does.
+func denyFieldV1(t testing.TB, e *syncEnv, group, kind, resource string) (lift func()) {
 	t.Helper()
 	ctx := context.Background()
 	kube, err := kubernetes.NewForConfig(env.service.Config)
@@ -347,5 +348,19 @@ func denyFieldV1(t testing.TB, e *syncEnv, group, kind, resource string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Policies stop biting asynchronously too.
+		err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+			_, err := e.local.Namespace("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil, fmt.Sprintf("probe create: %v", err)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

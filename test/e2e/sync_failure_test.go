@@ -7,13 +7,10 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-dev/ferry/test/framework"
 )
@@ -25,55 +22,13 @@ import (
 func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
 	ctx := context.Background()
 	e := newSyncEnv(t, "failing.example.com", "Gizmo", "gizmos", nil)
-	kube, err := kubernetes.NewForConfig(env.service.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: e.label + "-deny"},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
-					Rule:       admissionv1.Rule{APIGroups: []string{"failing.example.com"}, APIVersions: []string{"*"}, Resources: []string{"gizmos"}},
-				},
-			}}},
-			Validations: []admissionv1.Validation{{Expression: "object.spec.fieldV1 != 'forbidden'", Message: "fieldV1 may not be forbidden here"}},
-		},
-	}
-	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: e.label + "-deny"},
-		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
-	}
-	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
-		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), policy.Name, metav1.DeleteOptions{})
-	})
-	// Policies take effect asynchronously: wait until one bites.
-	probe := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "failing.example.com/v1", "kind": "Gizmo",
-		"metadata": map[string]any{"name": "probe", "namespace": "default"}, "spec": map[string]any{"fieldV1": "forbidden"},
-	}}
-	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
-		_, err := e.local.Namespace("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Sprintf("probe create: %v", err)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lift := denyFieldV1(t, e, "failing.example.com", "Gizmo", "gizmos")
 
 	e.createRemote(t, "default", "bad", map[string]any{"fieldV1": "forbidden"})
 
 	// The kcp user sees why.
 	consumerKube := e.consumerKube(t)
-	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		events, err := consumerKube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -111,17 +66,7 @@ func TestSyncFailureIsVisibleInKCPAndRecovers(t *testing.T) {
 	}
 
 	// The cause goes away and the object changes in kcp: it syncs.
-	if err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Policies stop biting asynchronously too.
-	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
-		_, err := e.local.Namespace("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil, fmt.Sprintf("probe create: %v", err)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lift()
 	if _, err := e.remote.Namespace("default").Patch(ctx, "bad", types.MergePatchType, []byte(`{"spec":{"color":"green"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
