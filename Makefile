@@ -66,10 +66,11 @@ build: ## Build ferry-broker and ferry-edge into bin/.
 	go build -o bin/ferry-edge ./edge/cmd/ferry-edge
 
 .PHONY: build-race
-build-race: ## Build both binaries (and the bench's direct copy) with the race detector (used by the e2e tests).
+build-race: ## Build both binaries (and the bench's direct copy and the demo) with the race detector (used by the e2e tests).
 	go build -race -o bin/ferry-broker ./broker/cmd/ferry-broker
 	go build -race -o bin/ferry-edge ./edge/cmd/ferry-edge
 	go build -race -o bin/ferry-directcopy ./test/cmd/directcopy
+	go build -race -o bin/ferry-demo ./test/cmd/demo
 
 # Images: static binaries packed by test/tools/image (go-containerregistry)
 # into OCI archives, as deploy/images/*.Dockerfile would build them.

@@ -13,6 +13,9 @@ type Binaries struct {
 	// DirectCopy is the bench's baseline (test/cmd/directcopy); only the
 	// bench needs it.
 	DirectCopy string
+	// Demo is make demo's program (test/cmd/demo); only its e2e test
+	// needs it.
+	Demo string
 }
 
 // BinariesFromEnv reads the binary locations the Makefile exports and checks
@@ -29,6 +32,7 @@ func BinariesFromEnv() (Binaries, error) {
 		b.Broker = filepath.Join(binDir, "ferry-broker")
 		b.Edge = filepath.Join(binDir, "ferry-edge")
 		b.DirectCopy = filepath.Join(binDir, "ferry-directcopy")
+		b.Demo = filepath.Join(binDir, "ferry-demo")
 	}
 	for name, path := range map[string]string{
 		"FERRY_KCP_BIN": b.KCP, "FERRY_KUBE_APISERVER_BIN": b.KubeAPIServer, "FERRY_ETCD_BIN": b.Etcd,

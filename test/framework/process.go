@@ -37,6 +37,12 @@ type Process struct {
 // exec.CommandContext: its kill would skip the graceful SIGTERM and the
 // process group.
 func StartProcess(name, bin string, args []string, env []string, logDir string) (*Process, error) {
+	return StartProcessIn("", name, bin, args, env, logDir)
+}
+
+// StartProcessIn is StartProcess with the child's working directory set to
+// workDir (the caller's when empty).
+func StartProcessIn(workDir, name, bin string, args []string, env []string, logDir string) (*Process, error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -47,6 +53,7 @@ func StartProcess(name, bin string, args []string, env []string, logDir string) 
 	}
 	fmt.Fprintf(logFile, "=== %s: %s %q\n", time.Now().Format(time.RFC3339), bin, args)
 	cmd := exec.Command(bin, args...)
+	cmd.Dir = workDir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
