@@ -1,0 +1,284 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/backoff"
+	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/pkg/link"
+	"github.com/ferry-dev/ferry/pkg/metrics"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
+)
+
+func TestAttemptResult(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{status.Error(codes.PermissionDenied, "identity not configured"), "refused"},
+		{status.Error(codes.Unauthenticated, "no certificate"), "refused"},
+		{status.Error(codes.FailedPrecondition, "APIExport served by another edge"), "refused"},
+		{status.Error(codes.InvalidArgument, "bad hello"), "refused"},
+		{status.Error(codes.Unavailable, "connection refused"), "failed"},
+		{errors.New("no BrokerHello within 10s"), "failed"},
+		{nil, "failed"},
+	} {
+		if got := attemptResult(tc.err); got != tc.want {
+			t.Errorf("attemptResult(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestLogStreamEndIsAnErrorOnlyWhenRefused(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		wantError bool
+		wantText  string
+	}{
+		{status.Error(codes.PermissionDenied, "identity not configured"), true, "broker refused this edge"},
+		{status.Error(codes.Unavailable, "broker shutting down"), false, "broker shutting down"},
+		{nil, false, "stream ended"},
+	} {
+		var lines []string
+		log := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{})
+		logStreamEnd(log, tc.err, time.Second, 3)
+		out := strings.Join(lines, "\n")
+		if isError := strings.Contains(out, `"error"=`); isError != tc.wantError || !strings.Contains(out, tc.wantText) ||
+			!strings.Contains(out, `"attempt"=3`) {
+			t.Errorf("%v: logged %q, want error=%v containing %q and the attempt", tc.err, out, tc.wantError, tc.wantText)
+		}
+	}
+}
+
+func TestReceiveHello(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		msg     *ferryv1.ConnectResponse
+		err     error
+		wantErr string
+	}{
+		{name: "hello", msg: &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{SessionId: "s"}}}},
+		{name: "another message first", msg: &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: &ferryv1.Heartbeat{}}},
+			wantErr: "not a BrokerHello"},
+		{name: "stream ended", err: status.Error(codes.PermissionDenied, "refused"), wantErr: "refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msgs, errs := make(chan *ferryv1.ConnectResponse, 1), make(chan error, 1)
+			if tc.msg != nil {
+				msgs <- tc.msg
+			} else {
+				errs <- tc.err
+			}
+			hello, err := receiveHello(link.Receiver[*ferryv1.ConnectResponse]{C: msgs, Err: errs})
+			switch {
+			case tc.wantErr == "" && (err != nil || hello.GetSessionId() != "s"):
+				t.Errorf("got %v, %v; want the hello", hello, err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestHandleForwardsAllButLivenessAndHandshake(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		msg       *ferryv1.ConnectResponse
+		forwarded bool
+		wantErr   bool
+	}{
+		{"heartbeat", &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: &ferryv1.Heartbeat{}}}, false, false},
+		{"export status", &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ExportStatus{ExportStatus: &ferryv1.ExportStatus{}}}, true, false},
+		{"intent", &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: &ferryv1.SyncIntent{}}}, true, false},
+		{"second hello", &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{}}}, false, true},
+		{"no payload", &ferryv1.ConnectResponse{}, false, true},
+	} {
+		h := &fakeHandler{}
+		c := New(Options{Handler: h, Log: logr.Discard()})
+		err := c.handle(tc.msg)
+		if (err != nil) != tc.wantErr || (len(h.handled) == 1) != tc.forwarded {
+			t.Errorf("%s: error %v, forwarded %d; want error %v, forwarded %v", tc.name, err, len(h.handled), tc.wantErr, tc.forwarded)
+		}
+	}
+}
+
+// TestRunCountsAttemptsAndTracksTheConnection runs the client against an
+// in-process broker over mutual TLS: refused handshakes count as refused
+// and never connect; an accepted one connects, counts once, and Connected
+// follows the stream.
+func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := devpki.LoadOrCreateCA(dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.IssueServer(dir, "broker", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.IssueClient(dir, "edge", devpki.IdentityFor("edge")); err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := tlsconfig.Server(tlsconfig.Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"),
+		CAFile: filepath.Join(dir, devpki.CACertFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS, err := tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker := &fakeBroker{refuse: 2}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	ferryv1.RegisterSyncServiceServer(srv, broker)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewEdge(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHandler{}
+	c := New(Options{
+		BrokerAddress: lis.Addr().String(), TLS: clientTLS, AgentName: "edge",
+		HeartbeatInterval: protocol.MinHeartbeatInterval, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
+		Backoff: &backoff.Exponential{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Handler: h, Log: logr.Discard(), Metrics: m,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for !c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("never connected")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := attempts(t, reg); got["refused"] != 2 || got["accepted"] != 1 {
+		t.Errorf("attempts %v, want 2 refused and 1 accepted", got)
+	}
+	if h.connects() != 1 {
+		t.Errorf("handler saw %d connects, want 1", h.connects())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run returned %v after its context ended, want nil", err)
+	}
+	if c.Connected() {
+		t.Error("still connected after the stream ended")
+	}
+}
+
+func attempts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "ferry_edge_stream_attempts_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			out[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// fakeBroker refuses the first refuse streams, then accepts and holds the
+// stream open until the client leaves.
+type fakeBroker struct {
+	ferryv1.UnimplementedSyncServiceServer
+	mu     sync.Mutex
+	refuse int
+}
+
+func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	refuse := b.refuse > 0
+	b.refuse--
+	b.mu.Unlock()
+	if refuse {
+		return status.Error(codes.PermissionDenied, "identity not configured")
+	}
+	if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
+		ProtocolVersion: protocol.Version, SessionId: "s1",
+	}}}); err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return nil
+		}
+	}
+}
+
+type fakeHandler struct {
+	mu        sync.Mutex
+	connected int
+	handled   []*ferryv1.ConnectResponse
+	ready     chan struct{}
+}
+
+func (h *fakeHandler) Connected(*ferryv1.BrokerHello, Sink) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.connected++
+}
+
+func (h *fakeHandler) connects() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.connected
+}
+
+func (h *fakeHandler) Disconnected() {}
+
+func (h *fakeHandler) Ready() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ready == nil {
+		h.ready = make(chan struct{})
+	}
+	return h.ready
+}
+
+func (h *fakeHandler) Next() (*ferryv1.ConnectRequest, bool) { return nil, false }
+
+func (h *fakeHandler) Handle(m *ferryv1.ConnectResponse) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.handled = append(h.handled, m)
+	return nil
+}
+
+func (h *fakeHandler) TooLarge(*ferryv1.ConnectRequest, int, int) {}
