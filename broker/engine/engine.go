@@ -91,6 +91,7 @@ type Engine struct {
 	started   time.Time
 
 	attachments atomic.Uint64
+	nacks       nackCounter
 
 	mu    sync.Mutex
 	sink  Sink

@@ -92,6 +92,9 @@ func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	}
 	e.admin.records.answered(in, r)
 	e.opts.Metrics.IntentAnswered(r.GetError(), queued)
+	if r.GetError() != nil {
+		e.nacks.add(r.GetError())
+	}
 	pr := in.GetPublishedResource()
 	log := e.opts.Log
 	if rt := in.GetRelatedTo(); rt != nil {

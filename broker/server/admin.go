@@ -4,8 +4,6 @@ import (
 	"context"
 	"sort"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -30,12 +28,8 @@ type adminService struct {
 var _ ferryv1.AdminServiceServer = (*adminService)(nil)
 
 func (a *adminService) ListEdges(ctx context.Context, _ *ferryv1.ListEdgesRequest) (*ferryv1.ListEdgesResponse, error) {
-	id, _, err := identityFrom(ctx)
-	if err != nil {
-		return nil, status.Error(codes.Unauthenticated, err.Error())
-	}
-	if !a.cfg.IsAdmin(id) {
-		return nil, status.Errorf(codes.PermissionDenied, "identity %q is not an admin of this broker (admins[] in the broker configuration)", id)
+	if err := a.authorize(ctx); err != nil {
+		return nil, err
 	}
 	out := &ferryv1.ListEdgesResponse{}
 	for _, e := range a.cfg.Edges {

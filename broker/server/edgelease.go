@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/edgelease"
+	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/session"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/protocol"
@@ -53,30 +51,6 @@ type edgeLeases struct {
 	namespace       string
 	shutdownTimeout time.Duration
 	log             logr.Logger
-	// counts are per configured identity, since the broker started; the
-	// map is fixed at construction.
-	counts map[string]*edgeCounts
-}
-
-// edgeCounts are an edge's error counts the engine does not keep.
-type edgeCounts struct {
-	mu        sync.Mutex
-	nacks     uint64
-	lastError string
-}
-
-func (c *edgeCounts) nacked(ae *ferryv1.ApplyError) {
-	text := strings.TrimPrefix(ae.GetReason().String(), "APPLY_ERROR_REASON_") + ": " + ae.GetMessage()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.nacks++
-	c.lastError = text
-}
-
-func (c *edgeCounts) get() (nacks uint64, lastError string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nacks, c.lastError
 }
 
 // newEdgeLeases returns nil when Leases are off or their kcp clients
@@ -109,10 +83,6 @@ func newEdgeLeases(o Options) *edgeLeases {
 		namespace:       lo.Namespace,
 		shutdownTimeout: o.ShutdownTimeout,
 		log:             log,
-		counts:          map[string]*edgeCounts{},
-	}
-	for _, e := range o.Config.Edges {
-		l.counts[e.Identity] = &edgeCounts{}
 	}
 	return l
 }
@@ -160,7 +130,7 @@ func (l *edgeLeases) start(ctx context.Context) (stop func()) {
 
 // engineStatus is the part of the engine a Lease shows.
 type engineStatus interface {
-	Status() *ferryv1.EngineStatus
+	ErrorCounts() engine.ErrorCounts
 }
 
 // edgeLeaseSession keeps one stream's Lease: Connected and renewed until
@@ -170,7 +140,6 @@ type edgeLeaseSession struct {
 	sess     *session.Session
 	edge     config.Edge
 	engine   engineStatus
-	counts   *edgeCounts
 	duration time.Duration
 	stop     chan struct{}
 	done     chan struct{}
@@ -186,13 +155,9 @@ func (l *edgeLeases) connected(sess *session.Session, edge config.Edge, eng engi
 	if l == nil {
 		return nil
 	}
-	counts, ok := l.counts[edge.Identity]
-	if !ok {
-		counts = &edgeCounts{} // not configured at start: not possible, the handshake checks
-	}
 	period := max(heartbeat, l.renewInterval)
 	s := &edgeLeaseSession{
-		leases: l, sess: sess, edge: edge, engine: eng, counts: counts,
+		leases: l, sess: sess, edge: edge, engine: eng,
 		duration: protocol.DeadAfter(period), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	l.writer.Set(s.status(edgelease.Connected))
@@ -212,19 +177,6 @@ func (s *edgeLeaseSession) renew(period time.Duration) {
 		case <-t.C:
 			s.leases.writer.Set(s.status(edgelease.Connected))
 		}
-	}
-}
-
-// observe wraps the stream's message handler to count the edge's nacks.
-func (s *edgeLeaseSession) observe(handle func(*ferryv1.ConnectRequest) error) func(*ferryv1.ConnectRequest) error {
-	if s == nil {
-		return handle
-	}
-	return func(m *ferryv1.ConnectRequest) error {
-		if ae := m.GetIntentResult().GetError(); ae != nil {
-			s.counts.nacked(ae)
-		}
-		return handle(m)
 	}
 }
 
@@ -260,10 +212,9 @@ func disconnectReason(err error) string {
 }
 
 func (s *edgeLeaseSession) status(state edgelease.State) edgelease.Status {
-	nacks, lastError := s.counts.get()
-	var refused uint64
+	var counts engine.ErrorCounts
 	if s.engine != nil {
-		refused = s.engine.Status().GetRefusedMessages()
+		counts = s.engine.ErrorCounts()
 	}
 	return edgelease.Status{
 		Edge:            s.edge,
@@ -276,6 +227,6 @@ func (s *edgeLeaseSession) status(state edgelease.State) edgelease.Status {
 		ConnectedSince:  s.sess.ConnectedAt,
 		LastSeen:        s.sess.LastSeen(),
 		LeaseDuration:   s.duration,
-		Counts:          &edgelease.Counts{RefusedMessages: refused, Nacks: nacks, LastError: lastError},
+		Counts:          &edgelease.Counts{RefusedMessages: counts.Refused, Nacks: counts.Nacks, LastError: counts.LastError},
 	}
 }

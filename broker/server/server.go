@@ -141,9 +141,7 @@ func newGRPCServer(o Options) *grpc.Server {
 			grpclogging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recoverOpts...),
 		),
-	}
-	if o.Metrics != nil {
-		opts = append(opts, grpc.StatsHandler(o.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)))
+		grpc.StatsHandler(o.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),
 	}
 	return grpc.NewServer(opts...)
 }

@@ -181,7 +181,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	maxSend := int(sess.EdgeMaxMessageBytes)
 	loop.Receiver = r
 	loop.Send = stream.Send
-	loop.Handle = edgeLease.observe(eng.Handle)
+	loop.Handle = eng.Handle
 	loop.OnReceive = func() { sess.Seen(time.Now()) }
 	loop.Bulk = eng.NextIntent
 	loop.BulkReady = eng.BulkReady()

@@ -9,11 +9,10 @@ func (e *Engine) MetricsState() metrics.EdgeEngineState {
 	out := metrics.EdgeEngineState{Pending: st.Pending, InFlight: st.InFlight, OldestInFlight: st.OldestInFlight, Objects: map[string]int{}}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for name := range e.published {
-		out.Objects[name] = 0
-	}
-	for _, c := range e.applied {
-		out.Objects[c.intent.GetPublishedResource()]++
+	// The informers' stores: every copy, also those a restarted edge did
+	// not need to apply again (the admin view counts the same way).
+	for name, w := range e.watches {
+		out.Objects[name] = len(w.store.ListKeys())
 	}
 	return out
 }

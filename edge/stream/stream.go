@@ -168,9 +168,7 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 		grpc.WithTransportCredentials(credentials.NewTLS(c.opts.TLS)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
-	}
-	if c.opts.Metrics != nil {
-		dialOpts = append(dialOpts, grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)))
+		grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),
 	}
 	conn, err := grpc.NewClient(c.opts.BrokerAddress, dialOpts...)
 	if err != nil {

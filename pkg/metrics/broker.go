@@ -3,6 +3,9 @@ package metrics
 import (
 	"time"
 
+	"google.golang.org/grpc/stats"
+	"k8s.io/client-go/rest"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -320,4 +323,30 @@ func OperationLabel(in *ferryv1.SyncIntent) string {
 		op = "related_" + op
 	}
 	return op
+}
+
+// common is the shared metrics, nil on a nil receiver: the embedded
+// pointer's methods are reached through these, so a nil *Broker records
+// nothing instead of dereferencing nil.
+func (b *Broker) common() *Common {
+	if b == nil {
+		return nil
+	}
+	return b.Common
+}
+
+// ObserveSyncLatency is Common.ObserveSyncLatency, safe on a nil receiver.
+func (b *Broker) ObserveSyncLatency(direction string, queued time.Time) {
+	b.common().ObserveSyncLatency(direction, queued)
+}
+
+// InstrumentClient is Common.InstrumentClient, safe on a nil receiver.
+func (b *Broker) InstrumentClient(cfg *rest.Config, cluster string) {
+	b.common().InstrumentClient(cfg, cluster)
+}
+
+// StatsHandler is Common.StatsHandler, safe on a nil receiver (it then
+// records nothing).
+func (b *Broker) StatsHandler(methods ...string) stats.Handler {
+	return b.common().StatsHandler(methods...)
 }

@@ -4,6 +4,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/stats"
+	"k8s.io/client-go/rest"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -229,4 +232,30 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 	for pr, n := range st.Objects {
 		ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(n), pr)
 	}
+}
+
+// common is the shared metrics, nil on a nil receiver: the embedded
+// pointer's methods are reached through these, so a nil *Edge records
+// nothing instead of dereferencing nil.
+func (e *Edge) common() *Common {
+	if e == nil {
+		return nil
+	}
+	return e.Common
+}
+
+// ObserveSyncLatency is Common.ObserveSyncLatency, safe on a nil receiver.
+func (e *Edge) ObserveSyncLatency(direction string, queued time.Time) {
+	e.common().ObserveSyncLatency(direction, queued)
+}
+
+// InstrumentClient is Common.InstrumentClient, safe on a nil receiver.
+func (e *Edge) InstrumentClient(cfg *rest.Config, cluster string) {
+	e.common().InstrumentClient(cfg, cluster)
+}
+
+// StatsHandler is Common.StatsHandler, safe on a nil receiver (it then
+// records nothing).
+func (e *Edge) StatsHandler(methods ...string) stats.Handler {
+	return e.common().StatsHandler(methods...)
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/stats"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,6 +44,13 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	var c *Common
 	c.ObserveSyncLatency(ToKCP, time.Now())
 	c.InstrumentClient(&rest.Config{}, "kcp")
+	b.ObserveSyncLatency(ToKCP, time.Now())
+	b.InstrumentClient(&rest.Config{}, "kcp")
+	e.ObserveSyncLatency(ToKCP, time.Now())
+	e.InstrumentClient(&rest.Config{}, "service")
+	h := e.StatsHandler("/m")
+	h.HandleRPC(h.TagRPC(context.Background(), &stats.RPCTagInfo{FullMethodName: "/m"}), &stats.OutPayload{WireLength: 10})
+	_ = b.StatsHandler("/m")
 }
 
 func TestBrokerCounters(t *testing.T) {

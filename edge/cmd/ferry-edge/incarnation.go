@@ -225,6 +225,8 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	})
 	state := &incarnationState{stream: brokerStream}
 	p.current.Store(state)
+	// A stopped incarnation leads no more (the next one stores its own).
+	defer state.leading.Store(false)
 	p.admin.SetSource(&edgeadmin.Source{Link: handler, Engine: engine, Leading: state.leading.Load})
 	p.metrics.SetSource(engine.MetricsState)
 
