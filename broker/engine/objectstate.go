@@ -53,11 +53,13 @@ type objectRecords struct {
 
 // objectRecord is what the edge last reported about one object.
 type objectRecord struct {
-	// answer is the last answered intent, version its version as sent, and
-	// answeredAt the time of the answer.
-	answer     *ferryv1.SyncIntent
-	version    *ferryv1.ObjectVersion
-	answeredAt time.Time
+	// operation and contentHash describe the last answered intent (not the
+	// intent itself: its object would be held for every synced object),
+	// version is its version as sent, answeredAt the time of the answer.
+	// operation is empty before the first answer.
+	operation, contentHash string
+	version                *ferryv1.ObjectVersion
+	answeredAt             time.Time
 	// lastErr is the error of the latest answer or report; nil after a
 	// success.
 	lastErr *ferryv1.ObjectError
@@ -96,7 +98,8 @@ func (r *objectRecords) answered(in *ferryv1.SyncIntent, res *ferryv1.IntentResu
 	defer r.mu.Unlock()
 	now := r.clock()
 	rec := r.recordLocked(in.GetKey())
-	rec.answer, rec.version, rec.answeredAt = in, res.GetVersion(), now
+	rec.operation, rec.contentHash = operationName(in), in.GetUpsert().GetContentHash()
+	rec.version, rec.answeredAt = res.GetVersion(), now
 	if ae := res.GetError(); ae != nil {
 		rec.lastErr = &ferryv1.ObjectError{Source: errorSourceIntent, Error: ae, At: timestamppb.New(now)}
 		return
@@ -248,7 +251,7 @@ func (e *Engine) intentState(v replicate.ObjectView, rec objectRecord) *ferryv1.
 		st.Phase, entry = ferryv1.IntentPhase_INTENT_PHASE_IN_FLIGHT, inFlight
 	}
 	if entry != nil {
-		describeIntent(st, entry.Intent)
+		st.Operation, st.ContentHash = operationName(entry.Intent), entry.Intent.GetUpsert().GetContentHash()
 		st.Version = &ferryv1.ObjectVersion{
 			BrokerEpoch: e.intents.Epoch(), Sequence: entry.Seq,
 			ResourceVersion: entry.Intent.GetVersion().GetResourceVersion(), Generation: entry.Intent.GetVersion().GetGeneration(),
@@ -256,7 +259,7 @@ func (e *Engine) intentState(v replicate.ObjectView, rec objectRecord) *ferryv1.
 		st.QueuedAt = timestamppb.New(entry.Queued)
 		return st
 	}
-	if rec.answer == nil {
+	if rec.operation == "" {
 		st.Phase = ferryv1.IntentPhase_INTENT_PHASE_NONE
 		return st
 	}
@@ -264,15 +267,10 @@ func (e *Engine) intentState(v replicate.ObjectView, rec objectRecord) *ferryv1.
 	if rec.lastErr.GetSource() == errorSourceIntent {
 		st.Phase = ferryv1.IntentPhase_INTENT_PHASE_NACKED
 	}
-	describeIntent(st, rec.answer)
+	st.Operation, st.ContentHash = rec.operation, rec.contentHash
 	st.Version = rec.version
 	st.AnsweredAt = timestamppb.New(rec.answeredAt)
 	return st
-}
-
-func describeIntent(st *ferryv1.IntentState, in *ferryv1.SyncIntent) {
-	st.Operation = operationName(in)
-	st.ContentHash = in.GetUpsert().GetContentHash()
 }
 
 // summarize says in one sentence where the object stands.

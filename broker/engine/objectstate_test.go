@@ -132,7 +132,7 @@ func TestSummarize(t *testing.T) {
 			[]string{"not connected", "upsert intent 3 sent"}},
 		{"no finalizer", replicate.ObjectView{Cached: true, InScope: true}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
 			[]string{"finalizer"}},
-		{"gone", replicate.ObjectView{EdgeMayHoldCopy: true}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
+		{"gone", replicate.ObjectView{}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
 			[]string{"gone from kcp"}},
 		{"waiting for the inventory", live, &ferryv1.GetObjectStateResponse{EdgeConnected: true,
 			Intent: &ferryv1.IntentState{Phase: ferryv1.IntentPhase_INTENT_PHASE_NONE, AwaitingInventory: true}},

@@ -102,9 +102,6 @@ type ObjectView struct {
 	// empty when the object is not to be applied (deleting, out of scope, no
 	// finalizer yet) or its workspace path is not known yet.
 	DesiredHash string
-	// SentHash is what was last queued on this stream: a content hash,
-	// "delete", or empty.
-	SentHash string
 	// AppliedHash is the content hash the edge is known to have applied.
 	AppliedHash string
 	// Held tells whether the edge refused the object with a final error.
@@ -112,9 +109,6 @@ type ObjectView struct {
 	// AwaitingInventory tells whether the resource waits for the edge's
 	// inventory.
 	AwaitingInventory bool
-	// EdgeMayHoldCopy tells whether an upsert was queued for the object or
-	// the edge's inventory listed a copy.
-	EdgeMayHoldCopy bool
 }
 
 // Lookup returns the view of pr's object cluster/namespace/name; false when
@@ -128,10 +122,8 @@ func (m *Manager) Lookup(pr, cluster, namespace, name string) (ObjectView, bool)
 	copyKey, hasCopy := m.copies[it]
 	v := ObjectView{
 		ResourceRef:       ResourceRef{PublishedResource: pr, GVR: res.GVR},
-		SentHash:          m.sentHash[it],
 		AppliedHash:       m.appliedHash[it],
 		AwaitingInventory: published && !m.open[pr],
-		EdgeMayHoldCopy:   hasCopy,
 	}
 	_, v.Held = m.rejected[it]
 	m.mu.Unlock()
@@ -156,10 +148,6 @@ func (m *Manager) Lookup(pr, cluster, namespace, name string) (ObjectView, bool)
 	v.ResourceVersion, v.Generation, v.DeletionTimestamp = obj.GetResourceVersion(), obj.GetGeneration(), obj.GetDeletionTimestamp()
 	v.Finalizer = slices.Contains(obj.GetFinalizers(), m.finalizer)
 	v.InScope = m.scopeOf(res, obj) == inScope
-	if hasCopy && copyKey.GetUid() != v.Key.GetUid() {
-		// The copy belongs to an older object of the same name.
-		v.EdgeMayHoldCopy = false
-	}
 	if v.Finalizer && v.InScope && v.DeletionTimestamp == nil {
 		v.DesiredHash = m.desiredHash(res, obj)
 	}

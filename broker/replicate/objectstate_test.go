@@ -66,7 +66,7 @@ func TestLookup(t *testing.T) {
 		{name: "out of the filters", pr: "pr", obj: "blue", wantOK: true,
 			want: ObjectView{Cached: true, Finalizer: true, ResourceVersion: "1"}},
 		{name: "gone from kcp, copy at the edge", pr: "pr", obj: "gone", wantOK: true,
-			want: ObjectView{EdgeMayHoldCopy: true}},
+			want: ObjectView{}},
 		{name: "unknown object", pr: "pr", obj: "nope"},
 		{name: "unknown published resource", pr: "other", obj: "synced"},
 	}
@@ -89,7 +89,7 @@ func TestLookup(t *testing.T) {
 				t.Errorf("desired hash %q is not the hash process sends", v.DesiredHash)
 			}
 			got := ObjectView{Cached: v.Cached, Finalizer: v.Finalizer, InScope: v.InScope, Held: v.Held, AppliedHash: v.AppliedHash,
-				EdgeMayHoldCopy: v.EdgeMayHoldCopy, ResourceVersion: v.ResourceVersion}
+				ResourceVersion: v.ResourceVersion}
 			if got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}

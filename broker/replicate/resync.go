@@ -52,7 +52,6 @@ type Resync struct {
 	status  ResyncStatus
 	waiting map[string]bool   // resources whose inventory is awaited
 	queued  map[item]bool     // objects the comparison queued, not processed yet
-	listed  map[string]bool   // resources whose comparison queued its objects
 	entries map[string]int    // inventory entries per resource
 	counted map[item]struct{} // objects whose intent was counted
 }
@@ -128,7 +127,7 @@ func (m *Manager) StartResync(prs []string, onDone func(ResyncStatus)) (r *Resyn
 	r = &Resync{
 		Done: done, done: done, onDone: onDone,
 		status:  ResyncStatus{PublishedResources: prs, Requested: time.Now()},
-		waiting: map[string]bool{}, queued: map[item]bool{}, listed: map[string]bool{},
+		waiting: map[string]bool{}, queued: map[item]bool{},
 		entries: map[string]int{}, counted: map[item]struct{}{},
 	}
 	m.resyncActive, m.resyncLast = r, r
