@@ -292,7 +292,7 @@ func summarize(v replicate.ObjectView, s *ferryv1.GetObjectStateResponse) string
 	}
 	if e := s.GetLastError(); e != nil {
 		msg := fmt.Sprintf("last %s error: %s: %s", strings.ReplaceAll(e.GetSource(), "_", " "),
-			reasonName(e.GetError().GetReason()), e.GetError().GetMessage())
+			protocol.ReasonName(e.GetError().GetReason()), e.GetError().GetMessage())
 		switch {
 		case in.GetHeld():
 			msg += " (final: not sent again until the object or its PublishedResource changes)"
@@ -323,10 +323,6 @@ func summarize(v replicate.ObjectView, s *ferryv1.GetObjectStateResponse) string
 		return "nothing to do"
 	}
 	return strings.Join(parts, "; ")
-}
-
-func reasonName(r ferryv1.ApplyErrorReason) string {
-	return strings.ToLower(strings.TrimPrefix(r.String(), "APPLY_ERROR_REASON_"))
 }
 
 func nsName(ns, name string) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // WorkspaceResolver resolves a kcp workspace path to its logical cluster
@@ -61,7 +62,7 @@ func (a *adminService) GetObjectState(ctx context.Context, req *ferryv1.GetObjec
 	if err := a.authorize(ctx); err != nil {
 		return nil, err
 	}
-	group, resource := splitResource(req.GetGroup(), req.GetResource())
+	group, resource := protocol.SplitResource(req.GetGroup(), req.GetResource())
 	switch {
 	case req.GetWorkspace() == "":
 		return nil, status.Error(codes.InvalidArgument, "workspace is required: the object's workspace path (e.g. root:org:team) or logical cluster name")
@@ -102,17 +103,6 @@ func (a *adminService) GetObjectState(ctx context.Context, req *ferryv1.GetObjec
 	out.Identity = m.edge.Identity
 	out.WorkspacePath = path
 	return out, nil
-}
-
-// splitResource accepts "<plural>.<group>" in resource when group is empty.
-func splitResource(group, resource string) (string, string) {
-	resource = strings.TrimSpace(resource)
-	if group == "" {
-		if plural, g, ok := strings.Cut(resource, "."); ok {
-			return g, plural
-		}
-	}
-	return group, resource
 }
 
 // matchResource finds the running engines' published resources served as

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // workspaceResolver resolves exportA and the workspace paths in clusters;
@@ -264,8 +265,8 @@ func TestSplitResource(t *testing.T) {
 		{"a.ferry.dev", "certificates", "a.ferry.dev", "certificates"},
 		{"", " things ", "", "things"},
 	} {
-		if g, r := splitResource(tc.group, tc.resource); g != tc.wantGroup || r != tc.wantResource {
-			t.Errorf("splitResource(%q, %q) = %q, %q", tc.group, tc.resource, g, r)
+		if g, r := protocol.SplitResource(tc.group, tc.resource); g != tc.wantGroup || r != tc.wantResource {
+			t.Errorf("SplitResource(%q, %q) = %q, %q", tc.group, tc.resource, g, r)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // The edge's read-only admin view (EdgeAdminService): what it did with
@@ -152,12 +153,7 @@ var ErrInvalidQuery = errors.New("invalid query")
 // resource, namespace, name) or by its local copy (local_name, optionally
 // local_namespace and resource).
 func (e *Engine) ObjectState(q *ferryv1.EdgeAdminServiceGetObjectStateRequest) (*ferryv1.EdgeAdminServiceGetObjectStateResponse, error) {
-	group, resource := q.GetGroup(), strings.TrimSpace(q.GetResource())
-	if group == "" {
-		if plural, g, ok := strings.Cut(resource, "."); ok {
-			resource, group = plural, g
-		}
-	}
+	group, resource := protocol.SplitResource(q.GetGroup(), q.GetResource())
 	switch {
 	case q.GetLocalName() != "":
 		return e.byLocal(group, resource, q.GetLocalNamespace(), q.GetLocalName())
@@ -328,7 +324,7 @@ func edgeSummary(s *ferryv1.EdgeAdminServiceGetObjectStateResponse) string {
 			retry = "the broker retries with backoff"
 		}
 		parts = append(parts, fmt.Sprintf("the last intent failed: %s: %s (%s)",
-			strings.ToLower(strings.TrimPrefix(e.GetError().GetReason().String(), "APPLY_ERROR_REASON_")), e.GetError().GetMessage(), retry))
+			protocol.ReasonName(e.GetError().GetReason()), e.GetError().GetMessage(), retry))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // Broker holds ferry-broker's metrics. Counters are updated as things
@@ -245,7 +246,7 @@ func (e *Export) ResyncObject(unchanged bool) {
 
 // ApplyErrorReason is the label value of an ApplyErrorReason.
 func ApplyErrorReason(r ferryv1.ApplyErrorReason) string {
-	return reasonLabel(r.String(), "APPLY_ERROR_REASON_")
+	return protocol.ReasonName(r)
 }
 
 // brokerCollector turns a BrokerSource into gauges at scrape time.

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -210,14 +209,4 @@ func certificateExpiry(file string) (time.Time, error) {
 		}
 		return cert.NotAfter, nil
 	}
-}
-
-// reasonLabel turns an enum name like APPLY_ERROR_REASON_NOT_READY into a
-// label value like not_ready.
-func reasonLabel(enumName, prefix string) string {
-	s := strings.ToLower(strings.TrimPrefix(enumName, prefix))
-	if s == "" {
-		return "unspecified"
-	}
-	return s
 }
