@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -297,6 +298,10 @@ func TestEdgeReplicasElectOneLeader(t *testing.T) {
 	time.Sleep(6 * time.Second) // longer than a lease: the standby must not take over a live leader
 	assertLogLacks(t, second, "connected to broker")
 	assertLogLacks(t, second, "broker refused this edge")
+	// Both are ready: the leader is connected, and a standby is doing what
+	// it should (README: a standby replica is ready).
+	waitProbe(t, first, "/readyz", http.StatusOK, "[+]broker ok")
+	waitProbe(t, second, "/readyz", http.StatusOK, "[+]broker ok")
 
 	// The leader dies without releasing the lease; the standby takes over.
 	first.Kill()

@@ -170,7 +170,7 @@ func scrapeBoth(t *testing.T, e *syncEnv) scrapes {
 
 // waitProbe waits until p's health endpoint path answers code with a body
 // containing substr.
-func waitProbe(t *testing.T, p *framework.Process, path string, code int, substr string) {
+func waitProbe(t testing.TB, p *framework.Process, path string, code int, substr string) {
 	t.Helper()
 	err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, string) {
 		got, body, err := framework.Probe(ctx, p, path)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -34,6 +35,9 @@ func TestBrokerRidesOutKCPOutage(t *testing.T) {
 		[]byte(`{"status":{"phase":"set-during-outage"}}`), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
+	// The broker is not ready without kcp, and says why; it stays alive.
+	waitProbe(t, e.broker.Process, "/readyz", http.StatusInternalServerError, "[-]kcp failed: kcp is not reachable")
+	waitProbe(t, e.broker.Process, "/healthz", http.StatusOK, "")
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +52,7 @@ func TestBrokerRidesOutKCPOutage(t *testing.T) {
 	e.useConsumer(t, e.consumer)
 	assertRunning(t, e.broker.Process)
 	assertRunning(t, e.edge)
+	waitProbe(t, e.broker.Process, "/readyz", http.StatusOK, "[+]kcp ok")
 
 	e.waitRemote(t, "default", "hull", func(u *unstructured.Unstructured, err error) (bool, string) {
 		if err != nil {

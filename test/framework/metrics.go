@@ -108,7 +108,7 @@ func hasLabels(s *dto.Metric, want map[string]string) bool {
 func Probe(ctx context.Context, p *Process, path string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HealthAddress+path+"?verbose", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HealthAddress+path, nil)
 	if err != nil {
 		return 0, "", err
 	}

@@ -166,19 +166,20 @@ func TestSupervisorDoesNotRestartWhileStopping(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// end cancels the context and kills the child, in some order.
-		end func(cancel context.CancelFunc, pid int)
+		end func(t *testing.T, out *lockedBuffer, cancel context.CancelFunc, pid int)
 	}{
-		{"cancelled then killed", func(cancel context.CancelFunc, pid int) {
+		{"cancelled then killed", func(_ *testing.T, _ *lockedBuffer, cancel context.CancelFunc, pid int) {
 			cancel()
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}},
-		{"killed then cancelled", func(cancel context.CancelFunc, pid int) {
+		{"killed then cancelled", func(_ *testing.T, _ *lockedBuffer, cancel context.CancelFunc, pid int) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			cancel()
 		}},
-		{"killed, cancelled during the delay", func(cancel context.CancelFunc, pid int) {
+		{"killed, cancelled during the delay", func(t *testing.T, out *lockedBuffer, cancel context.CancelFunc, pid int) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
-			time.Sleep(20 * time.Millisecond)
+			// In the delay for sure: the supervisor announced the restart.
+			waitOutput(t, out, regexp.MustCompile(`restarting in`), 5*time.Second)
 			cancel()
 		}},
 	} {
@@ -194,7 +195,7 @@ func TestSupervisorDoesNotRestartWhileStopping(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
 			go func() { done <- s.run(ctx, first) }()
-			tc.end(cancel, first.Pid())
+			tc.end(t, out, cancel, first.Pid())
 			select {
 			case <-done:
 			case <-time.After(5 * time.Second):
