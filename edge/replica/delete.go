@@ -38,6 +38,11 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 			}
 		}
 	}
+	if existing != nil && !sameObject(existing, in.GetKey()) {
+		// The copy was taken over by the kcp object that replaced this one
+		// (same name, new UID): this object's copy is gone.
+		existing = nil
+	}
 	if existing == nil {
 		// Not this agent's (by label), not applied by this process: a copy
 		// an edge of another agent name made (the edge was renamed) sits
@@ -93,7 +98,7 @@ func (e *Engine) copyOfAnotherAgent(ctx context.Context, pub *Published, key *fe
 		return nil, fmt.Errorf("cannot read %s %s: %w", pub.LocalKind, nsName(ns, name), err)
 	}
 	if r, ok := naming.RemoteFrom(got.GetLabels(), got.GetAnnotations()); !ok || r.ClusterName != remote.ClusterName ||
-		r.Namespace != remote.Namespace || r.Name != remote.Name || got.GetLabels()[naming.LabelAgent] == e.opts.Agent {
+		r.Namespace != remote.Namespace || r.Name != remote.Name || got.GetLabels()[naming.LabelAgent] == e.opts.Agent || !sameObject(got, key) {
 		return nil, nil // someone else's object, or this agent's (the watch decides)
 	}
 	return got, nil

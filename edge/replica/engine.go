@@ -472,7 +472,8 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	}
 	k := protocol.ObjectKeyString(key)
 	hash := in.GetUpsert().GetContentHash()
-	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash && !e.drifted(k, existing) && !e.resendAsked(k) {
+	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash &&
+		existing.GetAnnotations()[naming.AnnotationUID] == key.GetUid() && !e.drifted(k, existing) && !e.resendAsked(k) {
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
 		e.record(k, in, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
@@ -492,6 +493,14 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if existing != nil {
 		// Keep the object where it is even if naming rules changed since.
 		ns, name = existing.GetNamespace(), existing.GetName()
+	} else {
+		refusal, err := e.claim(ctx, pub, ns, name, remote)
+		if err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+		if refusal != "" {
+			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT, false, "%s", refusal)
+		}
 	}
 	if ns != "" {
 		if err := e.place(ctx, pub.placement(key.GetCluster()), ns); err != nil {

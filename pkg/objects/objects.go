@@ -33,7 +33,9 @@ func IsKCPInternal(key string) bool {
 
 // DesiredState returns obj's content as a sync intent carries it: every
 // top-level field except status, and from metadata only name, namespace,
-// labels and annotations (without kcp-internal keys). Server-managed
+// labels and annotations (without kcp-internal keys, and without ferry.dev/
+// keys: those are ferry's bookkeeping on the copy, which a kcp consumer must
+// not be able to set). Server-managed
 // metadata (uid, resourceVersion, generation, timestamps, finalizers,
 // managedFields, owner references) stays behind.
 func DesiredState(obj *unstructured.Unstructured) *unstructured.Unstructured {
@@ -58,7 +60,7 @@ func DesiredState(obj *unstructured.Unstructured) *unstructured.Unstructured {
 func filterKeys(m map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range m {
-		if IsKCPInternal(k) {
+		if IsKCPInternal(k) || isFerrys(k) {
 			continue
 		}
 		if out == nil {
@@ -113,9 +115,14 @@ func RelatedContent(obj *unstructured.Unstructured) *unstructured.Unstructured {
 	return out
 }
 
+// isFerrys tells whether a label or annotation key is ferry's own.
+func isFerrys(key string) bool {
+	return strings.HasPrefix(key, "ferry.dev/")
+}
+
 func withoutBookkeeping(m map[string]string) map[string]string {
 	for k := range m {
-		if strings.HasPrefix(k, "ferry.dev/") || k == "kubectl.kubernetes.io/last-applied-configuration" {
+		if isFerrys(k) || k == "kubectl.kubernetes.io/last-applied-configuration" {
 			delete(m, k)
 		}
 	}
