@@ -228,6 +228,19 @@ type ResourceNaming struct {
 	// for another workspace is refused even when this is set.
 	// +optional
 	AllowExistingNamespaces bool `json:"allowExistingNamespaces,omitempty"`
+	// AllowNameCollisions accepts naming rules that can map objects of two
+	// workspaces onto one local object: neither rule contains the
+	// workspace ($remoteClusterName, or .ClusterName / .WorkspacePath in a
+	// template), and the namespace is static, or one of the service
+	// cluster's own (allowExistingNamespaces), or the copies are
+	// cluster-scoped. Such rules are refused (Published False,
+	// NamingInvalid) unless this is set. With it, the first workspace's
+	// object keeps its copy and every other object that maps onto the same
+	// local name is refused with a CONFLICT Event on the kcp object; the
+	// edge never overwrites or deletes an object that is not its copy of
+	// exactly that kcp object.
+	// +optional
+	AllowNameCollisions bool `json:"allowNameCollisions,omitempty"`
 }
 
 // ResourceFilter selects kcp objects by labels.

@@ -184,6 +184,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
 	}
+	if msg := namingCollisionRefusal(pr.Spec.Naming, rules, crd.Spec.Scope == apiextensionsv1.NamespaceScoped); msg != "" {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, msg, nil)
+	}
 
 	var specMuts, statusMuts []ferryv1alpha1.ResourceMutation
 	if m := pr.Spec.Mutation; m != nil {

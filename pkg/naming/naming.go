@@ -174,3 +174,28 @@ func Shorten(s string, limit int) string {
 	prefix := strings.TrimRight(s[:limit-len(suffix)], "-.")
 	return prefix + suffix
 }
+
+// SeparatesWorkspaces tells whether the rules can never map objects of two
+// workspaces onto one local object: a rule names the workspace
+// ($remoteClusterName, or .ClusterName / .WorkspacePath in a template), or,
+// for namespaced copies, the namespace rule yields namespaces the edge
+// creates for one workspace each (not a static namespace, and not the
+// service cluster's own namespaces, which allowExistingNamespaces admits).
+func (r *Rules) SeparatesWorkspaces(namespaced, allowExistingNamespaces bool) bool {
+	if r.name.namesWorkspace() || namespaced && r.namespace.namesWorkspace() {
+		return true
+	}
+	if !namespaced || allowExistingNamespaces {
+		return false
+	}
+	_, static := r.StaticNamespace()
+	return !static
+}
+
+// namesWorkspace tells whether the rule's result depends on the workspace.
+func (r rule) namesWorkspace() bool {
+	if r.tmpl != nil {
+		return strings.Contains(r.text, ".ClusterName") || strings.Contains(r.text, ".WorkspacePath")
+	}
+	return strings.Contains(r.text, PlaceholderClusterName)
+}

@@ -200,3 +200,38 @@ func BenchmarkLocalTemplate(b *testing.B) {
 		}
 	}
 }
+
+func TestSeparatesWorkspaces(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		naming         *ferryv1alpha1.ResourceNaming
+		namespaced     bool
+		allowExisting  bool
+		wantSeparating bool
+	}{
+		{name: "defaults", namespaced: true, wantSeparating: true},
+		{name: "defaults, cluster-scoped copies", wantSeparating: false},
+		{name: "cluster name in the name", naming: &ferryv1alpha1.ResourceNaming{Name: "$remoteClusterName-$remoteName"}, wantSeparating: true},
+		{name: "template on the cluster name", naming: &ferryv1alpha1.ResourceNaming{Name: "{{ hash .ClusterName }}-{{ .Name }}"}, wantSeparating: true},
+		{name: "remote namespace, per-workspace namespaces", naming: &ferryv1alpha1.ResourceNaming{Namespace: "$remoteNamespace"},
+			namespaced: true, wantSeparating: true},
+		{name: "remote namespace onto existing namespaces", naming: &ferryv1alpha1.ResourceNaming{Namespace: "$remoteNamespace"},
+			namespaced: true, allowExisting: true, wantSeparating: false},
+		{name: "static namespace, remote name", naming: &ferryv1alpha1.ResourceNaming{Namespace: "shared", Name: "$remoteName"},
+			namespaced: true, wantSeparating: false},
+		{name: "static namespace, cluster in the name", naming: &ferryv1alpha1.ResourceNaming{Namespace: "shared", Name: "$remoteClusterName-$remoteNameHash"},
+			namespaced: true, wantSeparating: true},
+		{name: "cluster name in the namespace of cluster-scoped copies", naming: &ferryv1alpha1.ResourceNaming{Namespace: "$remoteClusterName", Name: "$remoteName"},
+			wantSeparating: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Compile(tc.naming)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.SeparatesWorkspaces(tc.namespaced, tc.allowExisting); got != tc.wantSeparating {
+				t.Fatalf("SeparatesWorkspaces = %v, want %v", got, tc.wantSeparating)
+			}
+		})
+	}
+}
