@@ -109,8 +109,9 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 		publish.Forget(w.owners, name)
 		delete(w.done, name)
 		if m.Unpublish.GetRelease() == ferryv1.ReleasePolicy_RELEASE_POLICY_UNSPECIFIED {
-			// Temporary: the finalizers stay until the edge publishes again.
-			w.mgr.Remove(name)
+			// Temporary: the finalizers stay until the edge publishes again;
+			// deletions still flow meanwhile.
+			w.mgr.Withdraw(name)
 			w.queue.Forget(name)
 			w.log.Info("PublishedResource withdrawn; its schema stays in the APIExport", logging.KeyPublishedResource, name)
 			return
@@ -158,7 +159,9 @@ func (w *publishWorker) process(ctx context.Context, name string) {
 			w.log.Info("publish applied", logging.KeyPublishedResource, name, "revision", res.GetRevision(),
 				"state", res.GetState().String(), "reason", res.GetReason(), "schema", res.GetResourceSchemaName())
 			if res.GetState() == ferryv1.PublishState_PUBLISH_STATE_FAILED {
-				w.mgr.Remove(name)
+				// Invalid for now: nothing new is synced, but objects deleted
+				// in kcp still get their copies deleted and are released.
+				w.mgr.Withdraw(name)
 			}
 		}
 		w.results(res)

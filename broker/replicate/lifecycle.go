@@ -193,14 +193,18 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	}
 	it := item{pr: pr, key: storeKey(key)}
 	m.mu.Lock()
-	delete(m.appliedHash, it)
-	delete(m.sentHash, it)
-	delete(m.rejected, it)
-	if c, ok := m.copies[it]; ok && c.GetUid() == key.GetUid() {
-		delete(m.copies, it) // not a newer object's of the same name
-	}
+	// Only this object's record (UID included): not a newer object's of
+	// the same name.
+	m.ledger.confirmed(idOf(pr, key))
+	w, running := m.running[pr]
 	m.mu.Unlock()
 	m.opts.Outbox.Forget(key, nil)
+	if running {
+		// A newer object of the same name waited for this copy to go.
+		if raw, ok, err := w.store.GetByKey(it.key); err == nil && ok && string(raw.(*unstructured.Unstructured).GetUID()) != key.GetUid() {
+			m.queue.Add(it)
+		}
+	}
 	return nil
 }
 

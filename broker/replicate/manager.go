@@ -88,6 +88,10 @@ type Options struct {
 	InventoryGate time.Duration
 	// Metrics of the export; nil records none.
 	Metrics *metrics.Export
+	// RelatedListWait bounds how long the release of a deleted object
+	// waits for the watch of a service-origin related kind to list;
+	// zero is one minute.
+	RelatedListWait time.Duration
 }
 
 // Manager runs one session's watches. Create with NewManager, then Run.
@@ -114,9 +118,13 @@ type Manager struct {
 	// open tells, per PublishedResource, whether its upserts may be sent
 	// (inventory complete, or gating off or timed out).
 	open map[string]bool
+	// withdrawn holds the PublishedResources withdrawn for now (invalid, or
+	// paused by the edge): their watch stays and deletions still flow, but
+	// nothing new is synced.
+	withdrawn map[string]bool
 	// inventory collects, per PublishedResource, the chunks of the current
 	// stream's inventory: object → applied content hash.
-	inventory map[string]map[string]string
+	inventory map[string]map[objectID]string
 	// inventoried records PublishedResources whose inventory was complete on
 	// the current stream: the edge sends it once, so a later re-Ensure must
 	// not wait for it again.
@@ -124,7 +132,7 @@ type Manager struct {
 	// unlisted holds complete inventories that arrived before their
 	// PublishedResource's cache was listed (a restarted broker): compared
 	// once it is, or every object would be sent again.
-	unlisted map[string]map[string]string
+	unlisted map[string]map[objectID]string
 	// attached tells whether an edge stream is attached; gates close on
 	// every attach.
 	attached bool
@@ -134,20 +142,14 @@ type Manager struct {
 	// resyncing holds the objects compared with the edge's inventory and
 	// not processed since, for the resync metrics (only with Metrics).
 	resyncing map[item]struct{}
-	// appliedHash holds, per primary object, the content hash the edge is
-	// known to have applied (from its inventory or an ack); it outlives
-	// streams. sentHash holds the hash (or "delete") last queued, so an
-	// unchanged state is not queued twice.
-	appliedHash map[item]string
-	sentHash    map[item]string
-	// copies holds, per primary object, the key (with UID) of the kcp
-	// object whose copy the edge may hold: an upsert was queued for it, or
-	// the edge's inventory lists it. An object that leaves kcp without a
+	// ledger records, per primary object (whole identity, UID included),
+	// what the edge applied, what was queued, and whether the edge may hold
+	// a copy; it outlives streams. An object that leaves kcp without a
 	// confirmed deletion still gets a delete intent from it: kcp can delete
 	// an object whose finalizer was added concurrently with the delete
 	// (kubernetes/kubernetes#77988), and a copy of an object deleted while
 	// the broker was down is only known from the inventory.
-	copies map[item]*ferryv1.ObjectKey
+	ledger *ledger
 	// paths caches workspace paths by logical cluster (they never change).
 	paths map[string]string
 	// namespaces holds the consumer workspaces' namespaces while any
@@ -159,9 +161,9 @@ type Manager struct {
 	relWatchers map[schema.GroupVersionResource]*relatedWatcher
 	relRefs     *refindex.Index[item] // where each kcp-origin reference points
 	relSent     map[item]string       // what was last sent per reference on this stream
-	// rejected holds objects (and references) whose last intent the edge
-	// refused with a final error: not sent again until the kcp object or
-	// the PublishedResource changes (Ensure).
+	// rejected holds references whose last intent the edge refused with a
+	// final error: not sent again until the kcp object or the
+	// PublishedResource changes (Ensure). Primaries: the ledger.
 	rejected map[item]struct{}
 	relNotes map[item]string // last Event message per reference
 	// relReports holds the latest report per service-origin reference and
@@ -197,13 +199,12 @@ func NewManager(o Options) *Manager {
 		running:     map[string]*watcher{},
 		clients:     map[string]dynamic.Interface{},
 		open:        map[string]bool{},
-		inventory:   map[string]map[string]string{},
-		appliedHash: map[item]string{},
-		sentHash:    map[item]string{},
+		withdrawn:   map[string]bool{},
+		inventory:   map[string]map[objectID]string{},
+		ledger:      newLedger(),
 		resyncing:   map[item]struct{}{},
-		copies:      map[item]*ferryv1.ObjectKey{},
 		inventoried: map[string]bool{},
-		unlisted:    map[string]map[string]string{},
+		unlisted:    map[string]map[objectID]string{},
 		paths:       map[string]string{},
 		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
 		relRefs:     refindex.New[item](),
@@ -263,27 +264,47 @@ func (m *Manager) Ensure(res Resource) {
 			}
 		}
 	}
-	if _, known := m.desired[res.PublishedResource]; !known {
-		m.gateLocked(res.PublishedResource)
+	pr := res.PublishedResource
+	if _, known := m.desired[pr]; !known {
+		m.gateLocked(pr)
+	}
+	if m.withdrawn[pr] {
+		// Published again: copies may have been deleted or changed
+		// meanwhile; every object is compared and sent again.
+		delete(m.withdrawn, pr)
+		m.ledger.republished(pr)
+		m.queueAllLocked(pr)
 	}
 	// A changed PublishedResource (e.g. a fixed mutation) may be what the
 	// rejected objects waited for.
+	for _, id := range m.ledger.rejectedOf(pr) {
+		m.ledger.unreject(id)
+		m.queue.Add(id.slot())
+	}
 	for it := range m.rejected {
-		if it.pr == res.PublishedResource {
+		if it.pr == pr {
 			delete(m.rejected, it)
-			delete(m.sentHash, it)
 			delete(m.relSent, it)
 			m.queue.Add(it)
 		}
 	}
-	m.desired[res.PublishedResource] = res
+	m.desired[pr] = res
 	m.reconcileLocked()
 	// The related[] entries may have changed: re-evaluate them.
-	for it := range m.appliedHash {
-		if it.pr == res.PublishedResource {
-			m.queueRelatedLocked(it.pr, it.key)
+	for _, s := range m.ledger.slotsApplied(pr) {
+		m.queueRelatedLocked(s.pr, s.key)
+	}
+}
+
+// queueAllLocked queues every cached object of pr and every slot where
+// the edge may hold a copy.
+func (m *Manager) queueAllLocked(pr string) {
+	if w, ok := m.running[pr]; ok {
+		for _, k := range w.store.ListKeys() {
+			m.queue.Add(item{pr: pr, key: k})
 		}
 	}
+	m.queueCopiesLocked(pr)
 }
 
 // sameWatch tells whether b can keep a's watch and cache.
@@ -352,7 +373,7 @@ func (m *Manager) Attach() {
 	clear(m.inventoried)
 	clear(m.inventory)
 	clear(m.unlisted)
-	clear(m.sentHash)
+	m.ledger.streamAttached()
 	clear(m.relSent)
 	for pr := range m.desired {
 		m.gateLocked(pr)
@@ -415,10 +436,8 @@ func (m *Manager) openLocked(pr string) {
 
 // queueCopiesLocked queues the objects of pr whose copies the edge may hold.
 func (m *Manager) queueCopiesLocked(pr string) {
-	for it := range m.copies {
-		if it.pr == pr {
-			m.queue.Add(it)
-		}
+	for _, s := range m.ledger.slotsWithCopies(pr) {
+		m.queue.Add(s)
 	}
 }
 
@@ -432,17 +451,18 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 	defer m.mu.Unlock()
 	entries := m.inventory[pr]
 	if entries == nil {
-		entries = map[string]string{}
+		entries = map[objectID]string{}
 		m.inventory[pr] = entries
 	}
 	m.resyncInventoryLocked(pr, len(inv.GetEntries()))
 	for _, e := range inv.GetEntries() {
-		// The UID is part of the key: a copy of an older object by the
-		// same name does not count as applied.
-		entries[storeKey(e.GetKey())+"|"+e.GetKey().GetUid()] = e.GetAppliedHash()
+		// The UID is part of the identity: a copy of an older object by
+		// the same name does not count as applied.
+		id := idOf(pr, e.GetKey())
+		entries[id] = e.GetAppliedHash()
 		// Every copy the edge holds, whether its object is still in kcp or
 		// not: one that is gone gets a delete intent (see gone).
-		m.copies[item{pr: pr, key: storeKey(e.GetKey())}] = e.GetKey()
+		m.ledger.copyListed(id, e.GetKey())
 	}
 	if !inv.GetComplete() {
 		return
@@ -461,21 +481,12 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 // for pr with a complete inventory (entries: object key and UID → content
 // hash) and opens pr's gate: every object is compared in memory and only
 // those whose hash differs are sent. w's cache must be listed.
-func (m *Manager) compareInventoryLocked(pr string, w *watcher, entries map[string]string) {
-	for it := range m.appliedHash {
-		if it.pr == pr && it.related == "" {
-			delete(m.appliedHash, it)
-		}
-	}
+func (m *Manager) compareInventoryLocked(pr string, w *watcher, entries map[objectID]string) {
+	m.ledger.inventoried(pr, entries)
 	objects := w.store.List()
 	for _, raw := range objects {
-		obj := raw.(*unstructured.Unstructured)
-		k := clusterKeyOf(obj)
-		if h, ok := entries[k+"|"+string(obj.GetUID())]; ok && h != "" {
-			m.appliedHash[item{pr: pr, key: k}] = h
-		}
 		if m.opts.Metrics != nil {
-			m.resyncing[item{pr: pr, key: k}] = struct{}{}
+			m.resyncing[item{pr: pr, key: clusterKeyOf(raw.(*unstructured.Unstructured))}] = struct{}{}
 		}
 	}
 	m.opts.Metrics.Resynced(m.resyncSince, len(objects))
@@ -500,23 +511,40 @@ func (m *Manager) listed(pr string, w *watcher) {
 	m.queueCopiesLocked(pr)
 }
 
-// Remove stops syncing a PublishedResource's objects. Finalizers already on
-// kcp objects stay until the edge confirms deletions.
+// Withdraw withdraws a PublishedResource for now (it became invalid, or
+// its edge paused it): nothing new is synced, but its watch stays and
+// deletions still flow — an object deleted in kcp (or gone) still gets
+// its copy deleted, and the edge's confirmation releases its finalizer.
+// Ensure publishes it again. A resource the manager does not sync is left
+// alone.
+func (m *Manager) Withdraw(pr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.desired[pr]; !ok || m.withdrawn[pr] {
+		return
+	}
+	m.withdrawn[pr] = true
+	// Deletions asked for before may have been refused meanwhile (their
+	// confirmation raced the withdrawal): compared again.
+	m.ledger.withdrawn(pr)
+	m.queueAllLocked(pr)
+	m.opts.Log.Info("published resource withdrawn; deletions still flow, nothing new is synced", logging.KeyPublishedResource, pr)
+}
+
+// Remove stops syncing a PublishedResource's objects and forgets them: its
+// objects are released (ReleaseAll), or it was never served.
 func (m *Manager) Remove(pr string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.desired, pr)
+	delete(m.withdrawn, pr)
 	delete(m.open, pr)
 	delete(m.inventory, pr)
 	delete(m.unlisted, pr)
-	for it := range m.appliedHash {
+	m.ledger.forget(pr)
+	for it := range m.rejected {
 		if it.pr == pr {
-			delete(m.appliedHash, it)
-		}
-	}
-	for it := range m.copies {
-		if it.pr == pr {
-			delete(m.copies, it)
+			delete(m.rejected, it)
 		}
 	}
 	m.stopLocked(pr)
@@ -658,7 +686,7 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		return err
 	}
 	m.mu.Lock()
-	open := m.open[it.pr]
+	open, withdrawn := m.open[it.pr], m.withdrawn[it.pr]
 	m.mu.Unlock()
 	if !exists {
 		m.mu.Lock()
@@ -671,6 +699,7 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	}
 	obj := raw.(*unstructured.Unstructured)
 	key := objectKey(obj, w.res.GVR)
+	id := idOf(it.pr, key)
 	hasFinalizer := slices.Contains(obj.GetFinalizers(), m.finalizer)
 	if !open && hasFinalizer {
 		// Held until the edge's inventory is complete (openLocked requeues):
@@ -680,14 +709,22 @@ func (m *Manager) process(ctx context.Context, it item) error {
 
 	if m.wantsDelete(w.res, obj) {
 		// Deleted in kcp, or out of the filters: the edge deletes its copy,
-		// confirms, and the finalizer is released (Release).
-		if m.markSent(it, "delete") {
+		// confirms, and the finalizer is released (Release). Also while
+		// the PublishedResource is withdrawn.
+		m.deleteOlderCopies(id)
+		m.mu.Lock()
+		queue := m.ledger.deleteQueued(id, key)
+		m.mu.Unlock()
+		if queue {
 			m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}))
 		}
 		return nil
 	}
 	if obj.GetDeletionTimestamp() != nil || m.scopeOf(w.res, obj) != inScope {
 		return nil // not ours (any more), or its namespace is not known yet
+	}
+	if withdrawn {
+		return nil // nothing new until it is published again
 	}
 	if !hasFinalizer {
 		// The next event (our own update) sends the intent: an object is
@@ -706,28 +743,53 @@ func (m *Manager) process(ctx context.Context, it item) error {
 		}
 	}
 	upsert.ContentHash = ContentHash(upsert)
+	if m.deleteOlderCopies(id) {
+		// The edge keeps one copy per name: an older object's copy goes
+		// first; its confirmation (Release) queues this object again.
+		return nil
+	}
 	m.mu.Lock()
-	applied := m.appliedHash[it] == upsert.ContentHash
+	applied := m.ledger.applied(id) == upsert.ContentHash
 	if applied {
 		m.queueRelatedLocked(it.pr, it.key)
+		m.ledger.unchanged(id, upsert.ContentHash)
 	}
 	m.resyncedLocked(it, applied)
+	queue := !applied && m.ledger.upsertQueued(id, key, upsert.ContentHash)
 	m.mu.Unlock()
 	if applied {
 		// The edge has this state already: a status write or kcp-internal
 		// metadata changed the object, not its desired state.
 		m.opts.Outbox.Drop(key, nil)
-		m.markSent(it, upsert.ContentHash)
 		return nil
 	}
-	if m.markSent(it, upsert.ContentHash) {
-		m.mu.Lock()
-		m.copies[it] = key
-		m.mu.Unlock()
+	if queue {
 		m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: upsert}))
 	}
 	m.queueServiceRelated(it.pr, it.key)
 	return nil
+}
+
+// deleteOlderCopies queues the deletion of the copies the edge may hold at
+// id's place of other objects (older UIDs: the name was deleted and
+// created again, possibly unseen) and tells whether there are any. The
+// delete intents carry the older UIDs.
+func (m *Manager) deleteOlderCopies(id objectID) bool {
+	m.mu.Lock()
+	older := m.ledger.olderCopies(id)
+	var put []*ferryv1.ObjectKey
+	for _, k := range older {
+		if m.ledger.deleteQueued(idOf(id.pr, k), k) {
+			put = append(put, k)
+		}
+	}
+	m.mu.Unlock()
+	for _, k := range put {
+		m.opts.Log.V(1).Info("an older object's copy is deleted before the new object's is sent", logging.KeyObject, KeyString(k))
+		m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: k, PublishedResource: id.pr, Version: &ferryv1.ObjectVersion{},
+			Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	}
+	return len(older) > 0
 }
 
 // gone handles an object that left kcp (or is not there after the broker's
@@ -739,14 +801,19 @@ func (m *Manager) process(ctx context.Context, it item) error {
 // releases nothing (Release finds no object).
 func (m *Manager) gone(it item) {
 	m.mu.Lock()
-	key, ok := m.copies[it]
-	m.mu.Unlock()
-	if !ok || !m.markSent(it, "delete") {
-		return
+	var put []*ferryv1.ObjectKey
+	for _, id := range m.ledger.copiesAt(it) {
+		key := m.ledger.get(id).key
+		if m.ledger.deleteQueued(id, key) {
+			put = append(put, key)
+		}
 	}
-	m.opts.Log.V(1).Info("object gone from kcp without a confirmed deletion; deleting its copy", logging.KeyObject, KeyString(key))
-	m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: it.pr, Version: &ferryv1.ObjectVersion{},
-		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	m.mu.Unlock()
+	for _, key := range put {
+		m.opts.Log.V(1).Info("object gone from kcp without a confirmed deletion; deleting its copy", logging.KeyObject, KeyString(key))
+		m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: it.pr, Version: &ferryv1.ObjectVersion{},
+			Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	}
 }
 
 // resyncedLocked counts the first comparison of it after an inventory
@@ -757,18 +824,6 @@ func (m *Manager) resyncedLocked(it item, unchanged bool) {
 	}
 	delete(m.resyncing, it)
 	m.opts.Metrics.ResyncObject(unchanged)
-}
-
-// markSent records that state (a content hash or "delete") is queued for
-// it and tells whether it was not already.
-func (m *Manager) markSent(it item, state string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.sentHash[it] == state {
-		return false
-	}
-	m.sentHash[it] = state
-	return true
 }
 
 // ContentHash is the hash of an upsert's desired state: object and
@@ -863,7 +918,7 @@ func (m *Manager) addFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj 
 func (m *Manager) Retry(pr string, key *ferryv1.ObjectKey) time.Duration {
 	it := item{pr: pr, key: storeKey(key)}
 	m.mu.Lock()
-	delete(m.sentHash, it)
+	m.ledger.retry(idOf(pr, key))
 	m.mu.Unlock()
 	d := m.nacks.When(it)
 	m.queue.AddAfter(it, d)
@@ -877,8 +932,7 @@ func (m *Manager) Retry(pr string, key *ferryv1.ObjectKey) time.Duration {
 func (m *Manager) Resend(pr string, key *ferryv1.ObjectKey) {
 	it := item{pr: pr, key: storeKey(key)}
 	m.mu.Lock()
-	delete(m.appliedHash, it)
-	delete(m.sentHash, it)
+	m.ledger.resend(idOf(pr, key))
 	m.mu.Unlock()
 	m.queue.Add(it)
 }
@@ -891,7 +945,7 @@ func (m *Manager) Applied(pr string, in *ferryv1.SyncIntent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := in.GetUpsert().GetContentHash(); h != "" {
-		m.appliedHash[it] = h
+		m.ledger.acked(idOf(pr, in.GetKey()), in.GetKey(), h)
 	}
 	m.queueRelatedLocked(pr, it.key)
 }
@@ -916,7 +970,11 @@ func (m *Manager) Rejected(pr string, key *ferryv1.ObjectKey, related string) {
 	it := item{pr: pr, key: storeKey(key), related: related}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.rejected[it] = struct{}{}
+	if related == "" {
+		m.ledger.rejectedFinal(idOf(pr, key), key)
+	} else {
+		m.rejected[it] = struct{}{}
+	}
 	m.nacks.Forget(it)
 }
 

@@ -61,6 +61,13 @@ func hashOf(t *testing.T, u *unstructured.Unstructured) string {
 	return ContentHash(&ferryv1.UpsertIntent{Object: data})
 }
 
+// edgeApplied tells m that the edge applied obj's desired state (its ack).
+func edgeApplied(t *testing.T, m *Manager, obj *unstructured.Unstructured) {
+	t.Helper()
+	m.Applied("pr", &ferryv1.SyncIntent{Key: objectKey(obj, thingsGVR), PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: hashOf(t, obj)}}})
+}
+
 // drain processes the queue like the workers do, failing on a requeue loop.
 func drain(t *testing.T, m *Manager) {
 	t.Helper()
@@ -104,7 +111,7 @@ func TestProcessSendsOnlyChangedDesiredState(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m, intents := testManager(t, tc.current)
-			m.appliedHash[item{pr: "pr", key: "c|ns/a"}] = hashOf(t, applied)
+			edgeApplied(t, m, applied)
 			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
 			drain(t, m)
 			in := intents.Next()
@@ -141,7 +148,7 @@ func TestProcessQueuesAStateOnce(t *testing.T) {
 func TestInventoryReplacesAppliedHashes(t *testing.T) {
 	obj := thing("10", map[string]any{"size": int64(1)}, nil)
 	m, intents := testManager(t, obj)
-	m.appliedHash[item{pr: "pr", key: "c|ns/a"}] = hashOf(t, obj)
+	edgeApplied(t, m, obj)
 	m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true}) // the copy is gone locally
 	drain(t, m)
 	if intents.Next() == nil {
@@ -149,7 +156,7 @@ func TestInventoryReplacesAppliedHashes(t *testing.T) {
 	}
 
 	m2, intents2 := testManager(t, obj)
-	key := &ferryv1.ObjectKey{Cluster: "c", Namespace: "ns", Name: "a", Uid: "u-a"}
+	key := thingKey()
 	m2.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
 		Entries: []*ferryv1.InventoryEntry{{Key: key, AppliedHash: hashOf(t, obj)}}})
 	drain(t, m2)
@@ -165,9 +172,13 @@ func TestResendSendsAnAppliedStateAgain(t *testing.T) {
 	obj := thing("10", map[string]any{"size": int64(1)}, nil)
 	m, intents := testManager(t, obj)
 	it := item{pr: "pr", key: "c|ns/a"}
-	m.appliedHash[it] = hashOf(t, obj)
-	m.sentHash[it] = hashOf(t, obj)
-	m.Resend("pr", &ferryv1.ObjectKey{Cluster: "c", Namespace: "ns", Name: "a", Uid: "u-a"})
+	edgeApplied(t, m, obj)
+	m.queue.Add(it)
+	drain(t, m)
+	if in := intents.Next(); in != nil {
+		t.Fatalf("an applied state was sent: %v", in)
+	}
+	m.Resend("pr", thingKey())
 	drain(t, m)
 	in := intents.Next()
 	if in == nil || in.GetUpsert().GetContentHash() != hashOf(t, obj) {
@@ -257,9 +268,6 @@ func TestObjectGoneWithoutConfirmedDeletion(t *testing.T) {
 			drain(t, m)
 			in := intents.Next()
 			intents.Done(in.GetKey(), nil, in.GetVersion())
-			m.mu.Lock()
-			m.sentHash[it] = "delete"
-			m.mu.Unlock()
 			m.running["pr"].store.Delete(thing("10", nil, nil)) //nolint:errcheck // test store
 			if err := m.Release(context.Background(), "pr", key); err != nil {
 				t.Fatal(err)

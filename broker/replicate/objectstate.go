@@ -62,15 +62,9 @@ type ResourceStats struct {
 func (m *Manager) ResourceStats() []ResourceStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	applied := map[string]int{}
-	for it := range m.appliedHash {
-		if it.related == "" {
-			applied[it.pr]++
-		}
-	}
 	out := make([]ResourceStats, 0, len(m.desired))
 	for pr, res := range m.desired {
-		s := ResourceStats{ResourceRef: ResourceRef{PublishedResource: pr, GVR: res.GVR}, Applied: applied[pr], AwaitingInventory: !m.open[pr]}
+		s := ResourceStats{ResourceRef: ResourceRef{PublishedResource: pr, GVR: res.GVR}, Applied: m.ledger.appliedCount(pr), AwaitingInventory: !m.open[pr]}
 		if w, ok := m.running[pr]; ok {
 			s.Objects = len(w.store.ListKeys())
 			s.Listed = w.synced.Load()
@@ -119,13 +113,20 @@ func (m *Manager) Lookup(pr, cluster, namespace, name string) (ObjectView, bool)
 	m.mu.Lock()
 	res, published := m.desired[pr]
 	w, running := m.running[pr]
-	copyKey, hasCopy := m.copies[it]
+	// The records of every object (UID) at this name: the cached object's
+	// below, or a copy the edge may hold of one that is gone.
+	records := map[string]record{}
+	var copyKey *ferryv1.ObjectKey
+	for id, r := range m.ledger.records(it) {
+		records[id.uid] = *r
+		if r.copy && (copyKey == nil || id.uid < copyKey.GetUid()) {
+			copyKey = r.key
+		}
+	}
 	v := ObjectView{
 		ResourceRef:       ResourceRef{PublishedResource: pr, GVR: res.GVR},
-		AppliedHash:       m.appliedHash[it],
 		AwaitingInventory: published && !m.open[pr],
 	}
-	_, v.Held = m.rejected[it]
 	m.mu.Unlock()
 	if !published {
 		return ObjectView{}, false
@@ -137,12 +138,16 @@ func (m *Manager) Lookup(pr, cluster, namespace, name string) (ObjectView, bool)
 		}
 	}
 	if obj == nil {
-		if !hasCopy {
+		if copyKey == nil {
 			return ObjectView{}, false
 		}
 		v.Key = copyKey
+		r := records[copyKey.GetUid()]
+		v.AppliedHash, v.Held = r.applied, r.rejected
 		return v, true
 	}
+	r := records[string(obj.GetUID())]
+	v.AppliedHash, v.Held = r.applied, r.rejected
 	v.Cached = true
 	v.Key = objectKey(obj, res.GVR)
 	v.ResourceVersion, v.Generation, v.DeletionTimestamp = obj.GetResourceVersion(), obj.GetGeneration(), obj.GetDeletionTimestamp()

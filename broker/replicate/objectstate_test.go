@@ -45,10 +45,13 @@ func TestLookup(t *testing.T) {
 	}
 	w.res.Selector = selector
 	m.desired["pr"] = w.res
-	m.appliedHash[item{pr: "pr", key: "c|ns/synced"}] = hashOf(t, synced)
-	m.rejected[item{pr: "pr", key: "c|ns/fresh"}] = struct{}{}
-	m.copies[item{pr: "pr", key: "c|ns/gone"}] = keyOf("gone", "u-gone")
-	m.copies[item{pr: "pr", key: "c|ns/synced"}] = keyOf("synced", "u-older")
+	edgeApplied(t, m, synced)
+	m.Rejected("pr", keyOf("fresh", "u-fresh"), "")
+	// The edge's inventory (a first chunk) lists a copy of a gone object
+	// and one of an older object named like synced.
+	m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Entries: []*ferryv1.InventoryEntry{
+		{Key: keyOf("gone", "u-gone")}, {Key: keyOf("synced", "u-older")},
+	}})
 
 	cases := []struct {
 		name    string
@@ -102,8 +105,7 @@ func TestLookup(t *testing.T) {
 
 func TestMatchResourcesAndStats(t *testing.T) {
 	m, _ := testManager(t, named("a", nil), named("b", nil))
-	m.appliedHash[item{pr: "pr", key: "c|ns/a"}] = "h"
-	m.appliedHash[item{pr: "pr", key: "c|ns/a", related: "secret"}] = "h" // not a primary
+	edgeApplied(t, m, named("a", nil))
 	for _, tc := range []struct {
 		group, resource string
 		want            int
@@ -187,9 +189,10 @@ func TestResync(t *testing.T) {
 			m, intents := testManager(t, held, lost)
 			m.Attach()
 			// What the broker believed before: the edge holds both.
-			m.appliedHash[item{pr: "pr", key: "c|ns/held"}] = hashOf(t, held)
-			m.appliedHash[item{pr: "pr", key: "c|ns/lost"}] = hashOf(t, lost)
-			m.sentHash[item{pr: "pr", key: "c|ns/lost"}] = hashOf(t, lost)
+			edgeApplied(t, m, held)
+			edgeApplied(t, m, lost)
+			m.queue.Add(item{pr: "pr", key: "c|ns/lost"})
+			drain(t, m)
 
 			done := make(chan ResyncStatus, 1)
 			r, started, err := m.StartResync(nil, func(st ResyncStatus) { done <- st })

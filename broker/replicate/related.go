@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
 
@@ -58,6 +59,9 @@ type relatedWatcher struct {
 	store      cache.Indexer
 	cancel     context.CancelFunc
 	synced     bool
+	// started is when the watch began; a release waits at most
+	// Options.RelatedListWait past it for the watch to list.
+	started time.Time
 }
 
 func indexRelatedOwner(obj any) ([]string, error) {
@@ -106,7 +110,7 @@ func (m *Manager) reconcileRelatedLocked() {
 			return
 		}
 		ctx, cancel := context.WithCancel(m.ctx)
-		rw := &relatedWatcher{gvr: gvr, unfiltered: unfiltered, cancel: cancel,
+		rw := &relatedWatcher{gvr: gvr, unfiltered: unfiltered, cancel: cancel, started: time.Now(),
 			store: cache.NewIndexer(clusterKey, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})}
 		m.relWatchers[gvr] = rw
 		selector := naming.LabelRelatedTo
@@ -146,7 +150,7 @@ func (m *Manager) relatedSynced(rw *relatedWatcher) {
 // queueRelatedLocked queues the kcp-origin references of an applied
 // primary.
 func (m *Manager) queueRelatedLocked(pr, key string) {
-	if m.appliedHash[item{pr: pr, key: key}] == "" {
+	if !m.ledger.appliedAt(item{pr: pr, key: key}) {
 		return
 	}
 	for _, r := range m.desired[pr].Related {
@@ -174,7 +178,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	m.mu.Lock()
 	w, running := m.running[it.pr]
 	res := m.desired[it.pr]
-	applied := m.appliedHash[item{pr: it.pr, key: it.key}] != ""
+	applied := m.ledger.appliedAt(item{pr: it.pr, key: it.key})
 	m.mu.Unlock()
 	ref := res.related(it.related)
 	if running && ref != nil && ref.Origin == ferryv1alpha1.OriginService {
@@ -496,25 +500,56 @@ func (m *Manager) deleteCopies(ctx context.Context, gvr schema.GroupVersionResou
 	return nil
 }
 
+// defaultRelatedListWait is Options.RelatedListWait's default.
+const defaultRelatedListWait = time.Minute
+
 // deleteRelatedCopies deletes every service-origin copy of a deleted
-// primary, before its finalizer is released.
+// primary, before its finalizer is released. A related kind whose watch
+// has not listed is waited for, for a bounded time (Options.RelatedListWait
+// since the watch started): then its copies are found by a live list, and
+// when that fails too, the finalizer is released anyway with a warning (a
+// copy beside its primary still goes with it, through its owner
+// reference): one kind kcp will not list must not hold every deletion of
+// the resource.
 func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferryv1.ObjectKey) error {
+	type watched struct {
+		rw     *relatedWatcher
+		synced bool
+	}
 	m.mu.Lock()
 	res := m.desired[pr]
-	var watchers []*relatedWatcher
+	var watchers []watched
 	for _, r := range res.Related {
 		if r.Origin == ferryv1alpha1.OriginService {
 			if rw := m.relWatchers[r.Resource]; rw != nil {
-				watchers = append(watchers, rw)
+				watchers = append(watchers, watched{rw: rw, synced: rw.synced})
 			}
 		}
 	}
 	m.mu.Unlock()
-	for _, rw := range watchers {
-		if !rw.synced {
-			return fmt.Errorf("the watch of %s in kcp has not listed yet", rw.gvr)
+	wait := m.opts.RelatedListWait
+	if wait <= 0 {
+		wait = defaultRelatedListWait
+	}
+	for _, w := range watchers {
+		rw := w.rw
+		copies := copiesOf(rw, key.GetUid(), "")
+		if !w.synced {
+			if waited := time.Since(rw.started); waited < wait {
+				return fmt.Errorf("the watch of %s in kcp has not listed yet (waiting %s more before listing directly)", rw.gvr, (wait - waited).Round(time.Second))
+			}
+			var err error
+			if copies, err = m.listRelatedCopies(ctx, rw.gvr, key); err != nil {
+				m.opts.Log.Error(err, "the watch of a related kind has not listed and its copies cannot be listed; releasing the deleted object without deleting them",
+					logging.KeyObject, KeyString(key), "resource", rw.gvr.String(), "waited", time.Since(rw.started).Round(time.Second).String())
+				if evErr := m.recordEvent(ctx, pr, key, "Warning", "RelatedNotDeleted", fmt.Sprintf(
+					"the broker cannot list %s in this workspace (%v); copies of this object's related objects may be left behind", rw.gvr.GroupResource(), err)); evErr != nil {
+					m.opts.Log.Error(evErr, "cannot record an Event in kcp", logging.KeyObject, KeyString(key))
+				}
+				continue
+			}
 		}
-		if err := m.deleteCopies(ctx, rw.gvr, copiesOf(rw, key.GetUid(), ""), nil); err != nil {
+		if err := m.deleteCopies(ctx, rw.gvr, copies, nil); err != nil {
 			return err
 		}
 	}
@@ -526,6 +561,31 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 		delete(m.relReports, it)
 	}
 	return nil
+}
+
+// listRelatedCopies lists, live in key's workspace, the related copies of
+// gvr labelled as key's (by its UID).
+func (m *Manager) listRelatedCopies(ctx context.Context, gvr schema.GroupVersionResource, key *ferryv1.ObjectKey) ([]*unstructured.Unstructured, error) {
+	client, err := m.client(key.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	list, err := client.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: naming.LabelRelatedTo + "=" + key.GetUid()})
+	if err != nil {
+		return nil, fmt.Errorf("cannot list related %s in kcp: %w", gvr, err)
+	}
+	out := make([]*unstructured.Unstructured, 0, len(list.Items))
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.GetLabels()[naming.LabelRelatedTo] != key.GetUid() {
+			continue // a fake or old server ignoring the selector
+		}
+		if logicalcluster.From(c).Empty() {
+			c.SetAnnotations(objects.MergeStrings(c.GetAnnotations(), map[string]string{"kcp.io/cluster": key.GetCluster()}))
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // note records a related problem as an Event on the primary, once per

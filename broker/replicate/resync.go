@@ -143,11 +143,7 @@ func (m *Manager) StartResync(prs []string, onDone func(ResyncStatus)) (r *Resyn
 		delete(m.unlisted, pr)
 		// Compared again: what was queued on this stream before is no
 		// reason not to queue it again (the copy may be gone).
-		for it := range m.sentHash {
-			if it.pr == pr && it.related == "" {
-				delete(m.sentHash, it)
-			}
-		}
+		m.ledger.compareAgain(pr)
 		m.closeGateLocked(pr, gate)
 	}
 	return r, true, nil
@@ -197,10 +193,8 @@ func (m *Manager) resyncOpenedLocked(pr string) {
 			r.queued[item{pr: pr, key: k}] = true
 		}
 	}
-	for it := range m.copies {
-		if it.pr == pr {
-			r.queued[it] = true
-		}
+	for _, s := range m.ledger.slotsWithCopies(pr) {
+		r.queued[s] = true
 	}
 	m.finishResyncLocked(nil)
 }
@@ -215,7 +209,7 @@ func (m *Manager) resyncProcessed(it item) {
 		return
 	}
 	delete(r.queued, it)
-	if sent := m.sentHash[it]; sent != "" && sent != m.appliedHash[it] {
+	if m.ledger.pendingAt(it) {
 		r.counted[it] = struct{}{}
 	}
 	m.finishResyncLocked(nil)
