@@ -54,6 +54,9 @@ const placeholderGroup = "pending.ferry.dev"
 type SyncRegistry interface {
 	SetPublished(p *replica.Published)
 	RemovePublished(name string)
+	// WithdrawPublished stops applying a resource's objects while its
+	// PublishedResource is invalid; deletions of existing copies go on.
+	WithdrawPublished(name string)
 	// DeleteCopies deletes the local copies of a withdrawn resource and
 	// tells how many still exist (it may block on the API server).
 	DeleteCopies(ctx context.Context, local schema.GroupVersionResource, related []replica.Related) (remaining int, err error)
@@ -352,7 +355,7 @@ func (r *Reconciler) withdraw(name string) {
 	delete(r.written, name)
 	r.mu.Unlock()
 	r.Store.Remove(name)
-	r.Sync.RemovePublished(name)
+	r.Sync.WithdrawPublished(name)
 }
 
 // registerSync tells the sync engine how objects of a published resource

@@ -78,7 +78,7 @@ func (e *Engine) repair(ctx context.Context, k string) error {
 		return nil
 	}
 	pub, w := e.forRemote(rec.intent.GetKey().GetResource())
-	if pub == nil || w == nil {
+	if pub == nil || w == nil || e.withdrawn(w) {
 		return nil
 	}
 	key := rec.intent.GetKey()

@@ -129,6 +129,8 @@ type localWatch struct {
 	lastErr error
 	// condition is the Synced condition last written for the resource.
 	condition *syncedCondition
+	// withdrawn: the PublishedResource is invalid; only deletes are applied.
+	withdrawn bool
 }
 
 // appliedCopy is one local copy as this engine last applied it.
@@ -184,6 +186,9 @@ func (e *Engine) SetPublished(p *Published) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if old, ok := e.published[p.Name]; ok && old.Revision == p.Revision {
+		if w := e.watches[p.Name]; w != nil {
+			w.withdrawn = false
+		}
 		return
 	}
 	if w, ok := e.watches[p.Name]; ok {
@@ -193,6 +198,25 @@ func (e *Engine) SetPublished(p *Published) {
 	e.published[p.Name] = p
 	e.watchLocked(p)
 	e.ensureRelatedWatchesLocked()
+}
+
+// WithdrawPublished stops applying a PublishedResource's objects while it
+// is invalid, but keeps its watch and registration: deletions of existing
+// copies still go through (the broker still sends them), so no kcp object
+// stays Terminating because its PublishedResource broke. SetPublished with
+// the same revision, or a new one, publishes it again.
+func (e *Engine) WithdrawPublished(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w, ok := e.watches[name]; ok {
+		w.withdrawn = true
+	}
+}
+
+func (e *Engine) withdrawn(w *localWatch) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return w.withdrawn
 }
 
 // RemovePublished stops syncing a PublishedResource's objects (local copies
@@ -469,6 +493,10 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 
 	if in.GetDelete() != nil {
 		return e.delete(ctx, in, w, existing)
+	}
+	if e.withdrawn(w) {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, true,
+			"PublishedResource %s is not valid at the moment (see its Published condition); only deletions are carried out", pub.Name)
 	}
 	k := protocol.ObjectKeyString(key)
 	hash := in.GetUpsert().GetContentHash()
