@@ -387,6 +387,7 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		StatusMutator: compiled.StatusMutator,
 		Related:       compiled.Related,
 		Revision:      revision,
+		Shape:         copyShape(pr, crd),
 
 		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
 	})

@@ -115,10 +115,11 @@ func (e *Engine) repairIfDrifted(w *localWatch, old, obj any) {
 		e.queue.Add(k)
 		return
 	}
-	// A moved generation under an unchanged hash annotation is someone
-	// else's spec change (this edge's own applies change the hash).
+	// A moved generation under unchanged hash and shape annotations is
+	// someone else's spec change (this edge's own applies change one).
 	if o, ok := old.(*unstructured.Unstructured); ok && o.GetGeneration() != u.GetGeneration() &&
-		o.GetAnnotations()[naming.AnnotationContentHash] == u.GetAnnotations()[naming.AnnotationContentHash] {
+		o.GetAnnotations()[naming.AnnotationContentHash] == u.GetAnnotations()[naming.AnnotationContentHash] &&
+		o.GetAnnotations()[naming.AnnotationShape] == u.GetAnnotations()[naming.AnnotationShape] {
 		e.mu.Lock()
 		e.askResendLocked(k, key, "changed")
 		e.mu.Unlock()

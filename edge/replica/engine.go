@@ -301,10 +301,17 @@ func (e *Engine) sendInventoryLocked(w *localWatch) {
 		if !ok {
 			continue
 		}
+		applied := u.GetAnnotations()[naming.AnnotationContentHash]
+		if u.GetAnnotations()[naming.AnnotationShape] != w.pub.Shape {
+			// Applied under other settings of the PublishedResource: the
+			// broker re-sends it (through its window), and it is applied
+			// again under the current ones.
+			applied = ""
+		}
 		entries = append(entries, &ferryv1.InventoryEntry{
 			Key:                    remoteKey(w.pub, remote),
 			AppliedResourceVersion: u.GetAnnotations()[naming.AnnotationResourceVersion],
-			AppliedHash:            u.GetAnnotations()[naming.AnnotationContentHash],
+			AppliedHash:            applied,
 			PublishedResource:      w.pub.Name,
 			LocalNamespace:         u.GetNamespace(),
 			LocalName:              u.GetName(),
@@ -501,7 +508,8 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	k := protocol.ObjectKeyString(key)
 	hash := in.GetUpsert().GetContentHash()
 	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash &&
-		existing.GetAnnotations()[naming.AnnotationUID] == key.GetUid() && !e.drifted(k, existing) && !e.resendAsked(k) {
+		existing.GetAnnotations()[naming.AnnotationUID] == key.GetUid() && existing.GetAnnotations()[naming.AnnotationShape] == pub.Shape &&
+		!e.drifted(k, existing) && !e.resendAsked(k) {
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
 		e.record(k, in, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
@@ -563,6 +571,9 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	ann[naming.AnnotationResourceVersion] = in.GetVersion().GetResourceVersion()
 	if hash != "" {
 		ann[naming.AnnotationContentHash] = hash
+	}
+	if pub.Shape != "" {
+		ann[naming.AnnotationShape] = pub.Shape
 	}
 	local.SetAnnotations(ann)
 

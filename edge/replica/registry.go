@@ -37,6 +37,11 @@ type Published struct {
 	// Revision identifies the publish this was derived from; a registration
 	// with the same name and revision is unchanged.
 	Revision string
+	// Shape identifies the settings that shape a copy beyond the kcp
+	// object's content (spec mutations, naming, the local resource): a copy
+	// applied under another shape is applied again, though its kcp content
+	// did not change.
+	Shape string
 }
 
 // LocalGVK is the local group/version/kind.

@@ -21,6 +21,9 @@ const (
 	// applied; the inventory reports it, so an unchanged object is never
 	// applied again.
 	AnnotationContentHash = "ferry.dev/content-hash"
+	// AnnotationShape identifies the PublishedResource settings the copy
+	// was last applied under (replica.Published.Shape).
+	AnnotationShape = "ferry.dev/shape"
 
 	// LabelRelatedTo, on a copy of a related object (on either side), is the
 	// kcp UID of its primary object; LabelRelatedIdentifier is the related[]
