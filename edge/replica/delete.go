@@ -59,12 +59,17 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		e.mu.Unlock()
 		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
 	}
-	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid()); err != nil {
-		return nack(in, classify(err), true, "%v", err)
-	}
+	// Marked deleting first: the related copies deleted here are not
+	// drift to repair (relatedGone).
 	e.mu.Lock()
 	e.deleting[k] = in
 	e.mu.Unlock()
+	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid()); err != nil {
+		e.mu.Lock()
+		delete(e.deleting, k)
+		e.mu.Unlock()
+		return nack(in, classify(err), true, "%v", err)
+	}
 	policy := metav1.DeletePropagationBackground
 	err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(existing.GetNamespace()).Delete(ctx, existing.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
 	switch {

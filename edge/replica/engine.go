@@ -252,7 +252,7 @@ func (e *Engine) watchLocked(p *Published) {
 	w := &localWatch{pub: p, cancel: cancel}
 	e.watches[p.Name] = w
 	lw := watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.LabelAgent+"="+e.opts.Agent)
-	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{remoteIndex: indexByRemote})
+	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, copyIndexers())
 	_ = informer.SetTransform(dropManagedFields)
 	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		e.mu.Lock()
@@ -337,6 +337,23 @@ func indexByRemote(obj any) ([]string, error) {
 	}
 	l := u.GetLabels()
 	return []string{l[naming.LabelRemoteCluster] + "|" + l[naming.LabelNamespaceHash] + "|" + l[naming.LabelNameHash]}, nil
+}
+
+// remoteUIDIndex indexes local copies by the kcp UID they were applied
+// from (kcp-origin related copies name their primary by it).
+const remoteUIDIndex = "ferry.dev/remote-uid"
+
+func indexByRemoteUID(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GetAnnotations()[naming.AnnotationUID] == "" {
+		return nil, nil
+	}
+	return []string{u.GetAnnotations()[naming.AnnotationUID]}, nil
+}
+
+// copyIndexers are the indexes of the local copies' caches.
+func copyIndexers() cache.Indexers {
+	return cache.Indexers{remoteIndex: indexByRemote, remoteUIDIndex: indexByRemoteUID}
 }
 
 func remoteIndexKey(remote naming.Remote) string {

@@ -51,7 +51,7 @@ func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *lo
 	}
 	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules}
 	w := &localWatch{pub: pub, cancel: func() {}, synced: synced,
-		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{remoteIndex: indexByRemote})}
+		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, copyIndexers())}
 	e.published["pr"] = pub
 	e.watches["pr"] = w
 	sink := &recordingSink{}

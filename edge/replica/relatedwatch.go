@@ -191,7 +191,7 @@ func (e *Engine) startRelatedSpaceLocked(rw *relatedWatch, ns string) {
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.relatedChanged(rw, obj) },
 		UpdateFunc: func(_, obj any) { e.relatedChanged(rw, obj) },
-		DeleteFunc: func(obj any) { e.relatedChanged(rw, obj) },
+		DeleteFunc: func(obj any) { e.relatedGone(rw, obj) },
 	})
 	s.store = informer.GetIndexer()
 	go informer.RunWithContext(ctx)

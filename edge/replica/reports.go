@@ -70,7 +70,7 @@ func withReportID(m *ferryv1.ConnectRequest, id uint64) *ferryv1.ConnectRequest 
 	case *ferryv1.ConnectRequest_ResendRequest:
 		o := r.ResendRequest
 		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
-			ReportId: id, Key: o.GetKey(), Reason: o.GetReason(),
+			ReportId: id, Key: o.GetKey(), Reason: o.GetReason(), RelatedTo: o.GetRelatedTo(),
 		}}}
 	}
 	return m

@@ -1458,7 +1458,12 @@ type ResendRequest struct {
 	// The kcp object whose local copy drifted. Required.
 	Key *ObjectKey `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// What happened to the local copy, for logs: "deleted" or "changed".
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Set when the drifted copy is of a related object that originates in kcp
+	// (key is then its primary): the broker sends that related object again.
+	// (A broker that does not know this field re-sends the primary, which the
+	// edge finds applied.)
+	RelatedTo     *RelatedTo `protobuf:"bytes,4,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1512,6 +1517,13 @@ func (x *ResendRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *ResendRequest) GetRelatedTo() *RelatedTo {
+	if x != nil {
+		return x.RelatedTo
+	}
+	return nil
 }
 
 // ReportResult answers a StatusReport, RelatedObjectReport,
@@ -1673,11 +1685,13 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x14DeletionConfirmation\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x127\n" +
-	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\"q\n" +
+	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\"\xab\x01\n" +
 	"\rResendRequest\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"]\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x128\n" +
+	"\n" +
+	"related_to\x18\x04 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\"]\n" +
 	"\fReportResult\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x120\n" +
 	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error*\xc8\x02\n" +
@@ -1754,12 +1768,13 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	2,  // 21: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
 	3,  // 22: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
 	2,  // 23: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
-	8,  // 24: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	4,  // 24: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	8,  // 25: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
