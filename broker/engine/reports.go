@@ -110,7 +110,7 @@ func (t reportTask) kind() string {
 // permanent ones are answered with a final error; each report is answered
 // exactly once, through send (the attached stream's control lane).
 type reportWorker struct {
-	mgr     *replicate.Manager
+	mgr     reportWriter
 	send    func(*ferryv1.ConnectResponse)
 	log     logr.Logger
 	metrics *metrics.Export
@@ -122,13 +122,32 @@ type reportWorker struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 }
 
-func newReportWorker(mgr *replicate.Manager, send func(*ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
+// reportWriter writes reports into kcp. Implemented by *replicate.Manager.
+type reportWriter interface {
+	PublishedResourceFor(key *ferryv1.ObjectKey) (string, bool)
+	WriteStatus(ctx context.Context, pr string, key *ferryv1.ObjectKey, status []byte) (written bool, err error)
+	RecordStatusFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error
+	RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError, related bool) error
+	Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error
+	Resend(pr string, key *ferryv1.ObjectKey)
+	WriteRelated(ctx context.Context, pr string, r *ferryv1.RelatedObjectReport) error
+}
+
+func newReportWorker(mgr reportWriter, send func(*ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
 	return &reportWorker{
 		mgr: mgr, send: send, log: log,
 		latest: map[string]reportTask{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"}),
+		queue:  newReportQueue(reportRateLimiter()),
 	}
+}
+
+// reportRateLimiter spaces the retries of one report.
+func reportRateLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.DefaultTypedControllerRateLimiter[string]()
+}
+
+func newReportQueue(rl workqueue.TypedRateLimiter[string]) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"})
 }
 
 func (w *reportWorker) add(t reportTask) {
@@ -162,21 +181,25 @@ func (w *reportWorker) add(t reportTask) {
 // run applies reports with workers goroutines until ctx ends. The
 // workqueue never hands one key to two workers at once.
 func (w *reportWorker) run(ctx context.Context, workers int) {
-	watching.RunWorkers(ctx, w.queue, workers, func() bool {
-		k, shutdown := w.queue.Get()
-		if shutdown {
-			return false
-		}
-		w.mu.Lock()
-		t, ok := w.latest[k]
-		delete(w.latest, k)
-		w.mu.Unlock()
-		if ok {
-			w.apply(ctx, k, t)
-		}
-		w.queue.Done(k)
-		return true
-	})
+	watching.RunWorkers(ctx, w.queue, workers, func() bool { return w.processNext(ctx) })
+}
+
+// processNext applies the next queued report (blocking until there is one);
+// false once the queue is shut down.
+func (w *reportWorker) processNext(ctx context.Context) bool {
+	k, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	w.mu.Lock()
+	t, ok := w.latest[k]
+	delete(w.latest, k)
+	w.mu.Unlock()
+	if ok {
+		w.apply(ctx, k, t)
+	}
+	w.queue.Done(k)
+	return true
 }
 
 // unknownResourceRetries bounds how long a report waits for its
