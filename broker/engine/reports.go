@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
 
@@ -105,10 +106,12 @@ func (t reportTask) kind() string {
 
 // reportWorker applies the edge's status reports, related object reports
 // and deletion confirmations to kcp off the stream loop. Per object and kind
-// only the latest report is applied (an older one is answered at once);
-// transient kcp failures are retried with the workqueue's rate limiter,
-// permanent ones are answered with a final error; each report is answered
-// exactly once, through send (the attached stream's control lane).
+// only the latest report is applied (an older one is answered at once, also
+// while it waits for a retry or is being written); transient kcp failures
+// are retried with a backoff of at most maxReportBackoff, and all the
+// reports waiting for a retry go again at once when a kcp write succeeds;
+// permanent failures are answered with a final error; each report is
+// answered exactly once, through send (the attached stream's control lane).
 type reportWorker struct {
 	mgr     reportWriter
 	send    func(*ferryv1.ConnectResponse)
@@ -119,7 +122,9 @@ type reportWorker struct {
 
 	mu     sync.Mutex
 	latest map[string]reportTask
-	queue  workqueue.TypedRateLimitingInterface[string]
+	// waiting holds the keys waiting for a retry after a kcp failure.
+	waiting map[string]struct{}
+	queue   workqueue.TypedRateLimitingInterface[string]
 }
 
 // reportWriter writes reports into kcp. Implemented by *replicate.Manager.
@@ -136,14 +141,28 @@ type reportWriter interface {
 func newReportWorker(mgr reportWriter, send func(*ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
 	return &reportWorker{
 		mgr: mgr, send: send, log: log,
-		latest: map[string]reportTask{},
-		queue:  newReportQueue(reportRateLimiter()),
+		latest:  map[string]reportTask{},
+		waiting: map[string]struct{}{},
+		queue:   newReportQueue(reportRateLimiter()),
 	}
 }
 
+// Report retries: per report, from minReportBackoff doubling up to
+// maxReportBackoff. Not the controller default (up to 1,000 s per item plus
+// a 10 qps bucket shared by all): after a kcp outage every waiting status
+// and deletion confirmation must reach kcp within seconds, and the edge
+// holds newer reports of an object until the older one is answered. The
+// load a short cap puts on a kcp that is down stays bounded by the workers
+// (one attempt per report every few seconds at most), and the first write
+// that succeeds restarts all waiting reports at once (restartWaiting).
+const (
+	minReportBackoff = 100 * time.Millisecond
+	maxReportBackoff = 5 * time.Second
+)
+
 // reportRateLimiter spaces the retries of one report.
 func reportRateLimiter() workqueue.TypedRateLimiter[string] {
-	return workqueue.DefaultTypedControllerRateLimiter[string]()
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](minReportBackoff, maxReportBackoff)
 }
 
 func newReportQueue(rl workqueue.TypedRateLimiter[string]) workqueue.TypedRateLimitingInterface[string] {
@@ -154,28 +173,31 @@ func (w *reportWorker) add(t reportTask) {
 	if kind := t.kind(); kind != "" {
 		w.metrics.ReportReceived(kind)
 	}
-	k := replicate.KeyString(t.key)
-	switch {
-	case t.deletion:
-		k = "delete|" + k
-	case t.resend != nil:
-		k = "resend|" + k
-	case t.related != nil:
-		k = "related|" + k + "|" + t.related.GetRelatedTo().GetIdentifier()
-	case t.failure != nil:
-		k = "failure|" + k
-	default:
-		k = "status|" + k
-	}
+	k := reportKey(t)
 	w.mu.Lock()
 	old, superseded := w.latest[k]
 	w.latest[k] = t
 	w.mu.Unlock()
-	if superseded && old.failure == nil && old.id != t.id {
-		// Superseded: answer the older report right away.
-		w.answer(&ferryv1.ReportResult{ReportId: old.id})
+	if superseded {
+		w.superseded(old, t)
 	}
 	w.queue.Add(k)
+}
+
+// reportKey is t's queue key: the latest report per object and kind wins.
+func reportKey(t reportTask) string {
+	k := replicate.KeyString(t.key)
+	switch {
+	case t.deletion:
+		return "delete|" + k
+	case t.resend != nil:
+		return "resend|" + k
+	case t.related != nil:
+		return "related|" + k + "|" + t.related.GetRelatedTo().GetIdentifier()
+	case t.failure != nil:
+		return "failure|" + k
+	}
+	return "status|" + k
 }
 
 // run applies reports with workers goroutines until ctx ends. The
@@ -194,6 +216,7 @@ func (w *reportWorker) processNext(ctx context.Context) bool {
 	w.mu.Lock()
 	t, ok := w.latest[k]
 	delete(w.latest, k)
+	delete(w.waiting, k)
 	w.mu.Unlock()
 	if ok {
 		w.apply(ctx, k, t)
@@ -203,15 +226,16 @@ func (w *reportWorker) processNext(ctx context.Context) bool {
 }
 
 // unknownResourceRetries bounds how long a report waits for its
-// PublishedResource to be synced (about two minutes with the workqueue's
-// exponential backoff) before it is answered with an error.
-const unknownResourceRetries = 15
+// PublishedResource to be synced (about two minutes with the report
+// backoff: 6 s for the first six retries, then 5 s each) before it is
+// answered with an error.
+const unknownResourceRetries = 29
 
 func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	if t.pr == "" {
 		pr, ok := w.mgr.PublishedResourceFor(t.key)
 		if !ok && w.queue.NumRequeues(k) < unknownResourceRetries {
-			w.retry(k, t)
+			w.retry(k, t, false)
 			return
 		}
 		if !ok {
@@ -232,6 +256,8 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure, t.relatedFailure); err != nil {
 			// Best effort: the failure is logged; the next one is recorded.
 			w.log.Error(err, "cannot record a sync failure as an Event in kcp", logging.KeyObject, replicate.KeyString(t.key))
+		} else {
+			w.restartWaiting()
 		}
 		w.queue.Forget(k)
 		return
@@ -266,8 +292,13 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		w.queue.Forget(k)
 	default:
 		w.log.Error(err, "applying an edge report to kcp failed; retrying", logging.KeyObject, replicate.KeyString(t.key))
-		w.retry(k, t)
+		w.retry(k, t, true)
 		return // answered once it succeeds or fails for good
+	}
+	if t.resend == nil {
+		// kcp answered (a resend writes nothing): the reports waiting
+		// because it did not go again now.
+		w.restartWaiting()
 	}
 	w.metrics.ReportDone(t.kind(), answer.Error == nil)
 	w.records.reported(t.key, t.deletion, answer)
@@ -289,14 +320,54 @@ func Permanent(err error) bool {
 	return false
 }
 
-// retry applies t again later unless a newer report replaced it.
-func (w *reportWorker) retry(k string, t reportTask) {
+// retry applies t again later unless a newer report replaced it while it
+// was being applied: the newer one is queued already, and t is answered as
+// superseded. kcpFailed tells whether kcp failed (the retry then restarts
+// as soon as a kcp write succeeds).
+func (w *reportWorker) retry(k string, t reportTask, kcpFailed bool) {
 	w.mu.Lock()
-	if _, newer := w.latest[k]; !newer {
+	newer, superseded := w.latest[k]
+	if !superseded {
 		w.latest[k] = t
+		if kcpFailed {
+			w.waiting[k] = struct{}{}
+		}
 	}
 	w.mu.Unlock()
+	if superseded {
+		w.superseded(t, newer)
+		return
+	}
 	w.queue.AddRateLimited(k)
+}
+
+// restartWaiting retries at once, with their backoff forgotten, the
+// reports waiting for a retry after a kcp failure: kcp answers again.
+func (w *reportWorker) restartWaiting() {
+	w.mu.Lock()
+	if len(w.waiting) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	keys := make([]string, 0, len(w.waiting))
+	for k := range w.waiting {
+		keys = append(keys, k)
+	}
+	clear(w.waiting)
+	w.mu.Unlock()
+	for _, k := range keys {
+		w.queue.Forget(k)
+		w.queue.Add(k)
+	}
+}
+
+// superseded answers old, replaced by newer before it was applied: only the
+// latest report of an object and kind is written.
+func (w *reportWorker) superseded(old, newer reportTask) {
+	if old.failure != nil || old.id == newer.id {
+		return // not a report, or the same one re-sent: answered once
+	}
+	w.answer(&ferryv1.ReportResult{ReportId: old.id})
 }
 
 func (w *reportWorker) answer(a *ferryv1.ReportResult) {
