@@ -77,7 +77,11 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 
 // reportTask is one edge report to apply to kcp.
 type reportTask struct {
-	id             uint64
+	id uint64
+	// attachment is the stream the report came on (Engine.Attach); it is
+	// answered on that stream only. Report ids restart with every edge
+	// process, so an answer on a later stream could ack another report.
+	attachment     uint64
 	pr             string
 	key            *ferryv1.ObjectKey
 	status         *ferryv1.StatusReport        // status report when set
@@ -111,10 +115,11 @@ func (t reportTask) kind() string {
 // are retried with a backoff of at most maxReportBackoff, and all the
 // reports waiting for a retry go again at once when a kcp write succeeds;
 // permanent failures are answered with a final error; each report is
-// answered exactly once, through send (the attached stream's control lane).
+// answered exactly once, through send (the control lane of the stream the
+// report came on; dropped when that stream is gone).
 type reportWorker struct {
 	mgr     reportWriter
-	send    func(*ferryv1.ConnectResponse)
+	send    func(attachment uint64, m *ferryv1.ConnectResponse)
 	log     logr.Logger
 	metrics *metrics.Export
 	// records learns the answers for the admin API; nil records none.
@@ -138,7 +143,7 @@ type reportWriter interface {
 	WriteRelated(ctx context.Context, pr string, r *ferryv1.RelatedObjectReport) error
 }
 
-func newReportWorker(mgr reportWriter, send func(*ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
+func newReportWorker(mgr reportWriter, send func(attachment uint64, m *ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
 	return &reportWorker{
 		mgr: mgr, send: send, log: log,
 		latest:  map[string]reportTask{},
@@ -242,7 +247,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 			w.log.Info("edge report for a resource this edge does not sync; dropped", logging.KeyObject, replicate.KeyString(t.key))
 			w.queue.Forget(k)
 			w.metrics.ReportDone(t.kind(), false)
-			w.answer(&ferryv1.ReportResult{ReportId: t.id, Error: &ferryv1.ApplyError{
+			w.answer(t, &ferryv1.ReportResult{ReportId: t.id, Error: &ferryv1.ApplyError{
 				Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED,
 				Message: fmt.Sprintf("%s is not synced by this edge", replicate.KeyString(t.key)),
 			}})
@@ -302,7 +307,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	}
 	w.metrics.ReportDone(t.kind(), answer.Error == nil)
 	w.records.reported(t.key, t.deletion, answer)
-	w.answer(answer)
+	w.answer(t, answer)
 }
 
 // Permanent tells whether a kcp write failed for a reason retrying cannot
@@ -364,12 +369,13 @@ func (w *reportWorker) restartWaiting() {
 // superseded answers old, replaced by newer before it was applied: only the
 // latest report of an object and kind is written.
 func (w *reportWorker) superseded(old, newer reportTask) {
-	if old.failure != nil || old.id == newer.id {
+	if old.failure != nil || (old.id == newer.id && old.attachment == newer.attachment) {
 		return // not a report, or the same one re-sent: answered once
 	}
-	w.answer(&ferryv1.ReportResult{ReportId: old.id})
+	w.answer(old, &ferryv1.ReportResult{ReportId: old.id})
 }
 
-func (w *reportWorker) answer(a *ferryv1.ReportResult) {
-	w.send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: a}})
+// answer sends t's answer a on the stream t came on.
+func (w *reportWorker) answer(t reportTask, a *ferryv1.ReportResult) {
+	w.send(t.attachment, &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: a}})
 }

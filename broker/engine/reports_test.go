@@ -48,7 +48,7 @@ func TestPermanent(t *testing.T) {
 // outbox frees its slot, and each report is answered once.
 func TestSupersededReportIsAnsweredAtOnce(t *testing.T) {
 	var answers []*ferryv1.ReportResult
-	w := newReportWorker(nil, func(m *ferryv1.ConnectResponse) { answers = append(answers, m.GetReportResult()) }, logr.Discard())
+	w := newReportWorker(nil, func(_ uint64, m *ferryv1.ConnectResponse) { answers = append(answers, m.GetReportResult()) }, logr.Discard())
 	key := &ferryv1.ObjectKey{Cluster: "c", Namespace: "ns", Name: "a", Uid: "u"}
 	w.add(reportTask{id: 1, key: key, status: &ferryv1.StatusReport{ReportId: 1}})
 	w.add(reportTask{id: 2, key: key, status: &ferryv1.StatusReport{ReportId: 2}})
@@ -135,7 +135,7 @@ type answerLog struct {
 	answers []*ferryv1.ReportResult
 }
 
-func (a *answerLog) send(m *ferryv1.ConnectResponse) {
+func (a *answerLog) send(_ uint64, m *ferryv1.ConnectResponse) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.answers = append(a.answers, m.GetReportResult())
@@ -278,5 +278,33 @@ func TestReportSupersededWhileBeingAppliedIsAnswered(t *testing.T) {
 	}
 	if got := answers.ids(); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("want reports 1 and 2 answered once each, got %v", got)
+	}
+}
+
+// TestReportAnsweredOnlyOnItsStream: a report received on one stream and
+// applied after the edge reconnected is not answered on the new stream: the
+// new stream's report ids start again and the answer would ack another
+// report (issue 18, item 6).
+func TestReportAnsweredOnlyOnItsStream(t *testing.T) {
+	e := testEngine(t)
+	writer := &fakeWriter{}
+	e.reports.mgr = writer
+	old := &recordingSink{}
+	detach := e.Attach(old)
+	status := &ferryv1.StatusReport{ReportId: 1, Key: testKey("u1"), Status: []byte(`{}`)}
+	if err := e.Handle(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: status}}); err != nil {
+		t.Fatal(err)
+	}
+	detach()
+	current := &recordingSink{}
+	defer e.Attach(current)()
+	processReady(t, e.reports)
+	if got := writer.writtenStatuses(); len(got) != 1 {
+		t.Fatalf("want the status written, got %v", got)
+	}
+	for _, m := range current.msgs {
+		if r := m.GetReportResult(); r != nil {
+			t.Fatalf("report %d of the old stream answered on the new one", r.GetReportId())
+		}
 	}
 }
