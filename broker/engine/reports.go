@@ -77,7 +77,9 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 
 // reportTask is one edge report to apply to kcp.
 type reportTask struct {
-	id uint64
+	// id and epoch identify the report for the edge's outbox: ids are
+	// unique within an epoch only. Both are echoed in the answer.
+	id, epoch uint64
 	// attachment is the stream the report came on (Engine.Attach); it is
 	// answered on that stream only. Report ids restart with every edge
 	// process, so an answer on a later stream could ack another report.
@@ -247,7 +249,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 			w.log.Info("edge report for a resource this edge does not sync; dropped", logging.KeyObject, replicate.KeyString(t.key))
 			w.queue.Forget(k)
 			w.metrics.ReportDone(t.kind(), false)
-			w.answer(t, &ferryv1.ReportResult{ReportId: t.id, Error: &ferryv1.ApplyError{
+			w.answer(t, &ferryv1.ReportResult{ReportId: t.id, ReportEpoch: t.epoch, Error: &ferryv1.ApplyError{
 				Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED,
 				Message: fmt.Sprintf("%s is not synced by this edge", replicate.KeyString(t.key)),
 			}})
@@ -287,7 +289,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	default:
 		_, err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status.GetStatus())
 	}
-	answer := &ferryv1.ReportResult{ReportId: t.id}
+	answer := &ferryv1.ReportResult{ReportId: t.id, ReportEpoch: t.epoch}
 	switch {
 	case err == nil:
 		w.queue.Forget(k)
@@ -369,10 +371,10 @@ func (w *reportWorker) restartWaiting() {
 // superseded answers old, replaced by newer before it was applied: only the
 // latest report of an object and kind is written.
 func (w *reportWorker) superseded(old, newer reportTask) {
-	if old.failure != nil || (old.id == newer.id && old.attachment == newer.attachment) {
+	if old.failure != nil || (old.id == newer.id && old.epoch == newer.epoch && old.attachment == newer.attachment) {
 		return // not a report, or the same one re-sent: answered once
 	}
-	w.answer(old, &ferryv1.ReportResult{ReportId: old.id})
+	w.answer(old, &ferryv1.ReportResult{ReportId: old.id, ReportEpoch: old.epoch})
 }
 
 // answer sends t's answer a on the stream t came on.

@@ -308,3 +308,27 @@ func TestReportAnsweredOnlyOnItsStream(t *testing.T) {
 		}
 	}
 }
+
+// TestReportAnswersCarryTheReportsEpoch: answers echo the epoch of the
+// edge outbox that sent the report (ids are unique within an epoch only),
+// also when a report is superseded by one of the same id from another
+// epoch.
+func TestReportAnswersCarryTheReportsEpoch(t *testing.T) {
+	writer := &fakeWriter{}
+	var answers answerLog
+	w, _ := testWorker(writer, &answers, 0)
+	earlier, current := statusTask(1, "a", "old"), statusTask(1, "a", "new")
+	earlier.epoch, current.epoch = 7, 8
+	w.add(earlier)
+	w.add(current)
+	processReady(t, w)
+	answers.mu.Lock()
+	defer answers.mu.Unlock()
+	var got [][2]uint64
+	for _, a := range answers.answers {
+		got = append(got, [2]uint64{a.GetReportEpoch(), a.GetReportId()})
+	}
+	if want := [][2]uint64{{7, 1}, {8, 1}}; !slices.Equal(got, want) {
+		t.Fatalf("want answers (epoch, id) %v, got %v", want, got)
+	}
+}
