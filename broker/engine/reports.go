@@ -131,7 +131,9 @@ type reportWorker struct {
 	latest map[string]reportTask
 	// waiting holds the keys waiting for a retry after a kcp failure.
 	waiting map[string]struct{}
-	queue   workqueue.TypedRateLimitingInterface[string]
+	// restarted is when restartWaiting last restarted them.
+	restarted time.Time
+	queue     workqueue.TypedRateLimitingInterface[string]
 }
 
 // reportWriter writes reports into kcp. Implemented by *replicate.Manager.
@@ -158,10 +160,10 @@ func newReportWorker(mgr reportWriter, send func(attachment uint64, m *ferryv1.C
 // maxReportBackoff. Not the controller default (up to 1,000 s per item plus
 // a 10 qps bucket shared by all): after a kcp outage every waiting status
 // and deletion confirmation must reach kcp within seconds, and the edge
-// holds newer reports of an object until the older one is answered. The
-// load a short cap puts on a kcp that is down stays bounded by the workers
-// (one attempt per report every few seconds at most), and the first write
-// that succeeds restarts all waiting reports at once (restartWaiting).
+// holds newer reports of an object until the older one is answered. A kcp
+// that is down sees at most one attempt per waiting report every
+// maxReportBackoff (through the worker goroutines); the first write that
+// succeeds restarts all waiting reports at once (restartWaiting).
 const (
 	minReportBackoff = 100 * time.Millisecond
 	maxReportBackoff = 5 * time.Second
@@ -348,14 +350,22 @@ func (w *reportWorker) retry(k string, t reportTask, kcpFailed bool) {
 	w.queue.AddRateLimited(k)
 }
 
-// restartWaiting retries at once, with their backoff forgotten, the
-// reports waiting for a retry after a kcp failure: kcp answers again.
+// minRestartInterval spaces restartWaiting's restarts: when kcp fails
+// only some writes (one shard down), every success elsewhere would
+// otherwise retry the failing reports again at once.
+const minRestartInterval = time.Second
+
+// restartWaiting retries at once the reports waiting for a retry after a
+// kcp failure: kcp answers again. Their backoff is kept (forgotten once
+// written), so a report that still fails waits as long as before.
 func (w *reportWorker) restartWaiting() {
 	w.mu.Lock()
-	if len(w.waiting) == 0 {
+	now := time.Now()
+	if len(w.waiting) == 0 || now.Sub(w.restarted) < minRestartInterval {
 		w.mu.Unlock()
 		return
 	}
+	w.restarted = now
 	keys := make([]string, 0, len(w.waiting))
 	for k := range w.waiting {
 		keys = append(keys, k)
@@ -363,7 +373,6 @@ func (w *reportWorker) restartWaiting() {
 	clear(w.waiting)
 	w.mu.Unlock()
 	for _, k := range keys {
-		w.queue.Forget(k)
 		w.queue.Add(k)
 	}
 }

@@ -206,8 +206,8 @@ func TestReportRetriesBackOffAFewSecondsAtMost(t *testing.T) {
 }
 
 // TestReportRetriesRestartWhenKCPAnswers: reports waiting for a retry after
-// kcp failures are retried at once, their backoff forgotten, as soon as a
-// kcp write succeeds again.
+// kcp failures are retried at once as soon as a kcp write succeeds again,
+// not when their backoff ends.
 func TestReportRetriesRestartWhenKCPAnswers(t *testing.T) {
 	down := true
 	writer := &fakeWriter{fail: func(name string) bool { return down && name == "a" }}
