@@ -93,9 +93,11 @@ type Engine struct {
 	attachments atomic.Uint64
 	nacks       nackCounter
 
-	mu    sync.Mutex
-	sink  Sink
-	vwURL string
+	mu   sync.Mutex
+	sink Sink
+	// attached numbers sink's attachment (the count of attachments then).
+	attached uint64
+	vwURL    string
 	// vwKnown tells whether the watch reported the URL at least once.
 	vwKnown bool
 
@@ -112,7 +114,7 @@ func New(o Options) *Engine {
 		KCP: o.KCP, EdgeName: o.EdgeName, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
 		Metrics: o.Metrics,
 	})
-	e.reports = newReportWorker(e.mgr, e.control, o.Log.WithName("reports"))
+	e.reports = newReportWorker(e.mgr, e.controlOn, o.Log.WithName("reports"))
 	e.reports.metrics = o.Metrics
 	e.reports.records = &e.admin.records
 	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr)
@@ -163,8 +165,8 @@ func (e *Engine) EdgeName() string { return e.opts.EdgeName }
 func (e *Engine) Attach(sink Sink) (detach func()) {
 	e.mu.Lock()
 	e.sink = sink
+	e.attached = e.attachments.Add(1)
 	e.mu.Unlock()
-	e.attachments.Add(1)
 	e.opts.Metrics.Attached()
 	e.mgr.Attach()
 	var once sync.Once
@@ -186,6 +188,31 @@ func (e *Engine) control(m *ferryv1.ConnectResponse) {
 	e.mu.Lock()
 	sink := e.sink
 	e.mu.Unlock()
+	e.sendControl(sink, m)
+}
+
+// controlOn sends m on the control lane of attachment only (an answer to a
+// message of that stream); dropped when another stream, or none, is
+// attached: the edge re-sends what is unanswered on the next stream.
+func (e *Engine) controlOn(attachment uint64, m *ferryv1.ConnectResponse) {
+	e.mu.Lock()
+	sink := e.sink
+	if e.attached != attachment {
+		sink = nil
+	}
+	e.mu.Unlock()
+	e.sendControl(sink, m)
+}
+
+// attachment is the number of the attached stream (Attach): the one whose
+// messages Handle takes, as streams never overlap.
+func (e *Engine) attachment() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.attached
+}
+
+func (e *Engine) sendControl(sink Sink, m *ferryv1.ConnectResponse) {
 	if sink == nil {
 		return
 	}

@@ -43,26 +43,26 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 		if m.StatusReport.GetKey() == nil {
 			return status.Error(codes.InvalidArgument, "StatusReport needs key")
 		}
-		e.reports.add(reportTask{id: m.StatusReport.GetReportId(), key: m.StatusReport.GetKey(), status: m.StatusReport})
+		e.reports.add(reportTask{id: m.StatusReport.GetReportId(), epoch: m.StatusReport.GetReportEpoch(), attachment: e.attachment(), key: m.StatusReport.GetKey(), status: m.StatusReport})
 		return nil
 	case *ferryv1.ConnectRequest_RelatedObjectReport:
 		r := m.RelatedObjectReport
 		if r.GetRelatedTo().GetPrimary() == nil {
 			return status.Error(codes.InvalidArgument, "related object report without related_to.primary")
 		}
-		e.reports.add(reportTask{id: r.GetReportId(), key: r.GetRelatedTo().GetPrimary(), related: r})
+		e.reports.add(reportTask{id: r.GetReportId(), epoch: r.GetReportEpoch(), attachment: e.attachment(), key: r.GetRelatedTo().GetPrimary(), related: r})
 		return nil
 	case *ferryv1.ConnectRequest_DeletionConfirmation:
 		if m.DeletionConfirmation.GetKey() == nil {
 			return status.Error(codes.InvalidArgument, "DeletionConfirmation needs key")
 		}
-		e.reports.add(reportTask{id: m.DeletionConfirmation.GetReportId(), key: m.DeletionConfirmation.GetKey(), deletion: true})
+		e.reports.add(reportTask{id: m.DeletionConfirmation.GetReportId(), epoch: m.DeletionConfirmation.GetReportEpoch(), attachment: e.attachment(), key: m.DeletionConfirmation.GetKey(), deletion: true})
 		return nil
 	case *ferryv1.ConnectRequest_ResendRequest:
 		if m.ResendRequest.GetKey() == nil {
 			return status.Error(codes.InvalidArgument, "ResendRequest needs key")
 		}
-		e.reports.add(reportTask{id: m.ResendRequest.GetReportId(), key: m.ResendRequest.GetKey(), resend: m.ResendRequest})
+		e.reports.add(reportTask{id: m.ResendRequest.GetReportId(), epoch: m.ResendRequest.GetReportEpoch(), attachment: e.attachment(), key: m.ResendRequest.GetKey(), resend: m.ResendRequest})
 		return nil
 	case *ferryv1.ConnectRequest_Inventory:
 		if m.Inventory.GetPublishedResource() == "" {

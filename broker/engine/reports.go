@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
 
@@ -76,7 +77,13 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 
 // reportTask is one edge report to apply to kcp.
 type reportTask struct {
-	id             uint64
+	// id and epoch identify the report for the edge's outbox: ids are
+	// unique within an epoch only. Both are echoed in the answer.
+	id, epoch uint64
+	// attachment is the stream the report came on (Engine.Attach); it is
+	// answered on that stream only. Report ids restart with every edge
+	// process, so an answer on a later stream could ack another report.
+	attachment     uint64
 	pr             string
 	key            *ferryv1.ObjectKey
 	status         *ferryv1.StatusReport        // status report when set
@@ -105,13 +112,16 @@ func (t reportTask) kind() string {
 
 // reportWorker applies the edge's status reports, related object reports
 // and deletion confirmations to kcp off the stream loop. Per object and kind
-// only the latest report is applied (an older one is answered at once);
-// transient kcp failures are retried with the workqueue's rate limiter,
-// permanent ones are answered with a final error; each report is answered
-// exactly once, through send (the attached stream's control lane).
+// only the latest report is applied (an older one is answered at once, also
+// while it waits for a retry or is being written); transient kcp failures
+// are retried with a backoff of at most maxReportBackoff, and all the
+// reports waiting for a retry go again at once when a kcp write succeeds;
+// permanent failures are answered with a final error; each report is
+// answered exactly once, through send (the control lane of the stream the
+// report came on; dropped when that stream is gone).
 type reportWorker struct {
-	mgr     *replicate.Manager
-	send    func(*ferryv1.ConnectResponse)
+	mgr     reportWriter
+	send    func(attachment uint64, m *ferryv1.ConnectResponse)
 	log     logr.Logger
 	metrics *metrics.Export
 	// records learns the answers for the admin API; nil records none.
@@ -119,83 +129,129 @@ type reportWorker struct {
 
 	mu     sync.Mutex
 	latest map[string]reportTask
-	queue  workqueue.TypedRateLimitingInterface[string]
+	// waiting holds the keys waiting for a retry after a kcp failure.
+	waiting map[string]struct{}
+	// restarted is when restartWaiting last restarted them.
+	restarted time.Time
+	queue     workqueue.TypedRateLimitingInterface[string]
 }
 
-func newReportWorker(mgr *replicate.Manager, send func(*ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
+// reportWriter writes reports into kcp. Implemented by *replicate.Manager.
+type reportWriter interface {
+	PublishedResourceFor(key *ferryv1.ObjectKey) (string, bool)
+	WriteStatus(ctx context.Context, pr string, key *ferryv1.ObjectKey, status []byte) (written bool, err error)
+	RecordStatusFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error
+	RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError, related bool) error
+	Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error
+	Resend(pr string, key *ferryv1.ObjectKey)
+	WriteRelated(ctx context.Context, pr string, r *ferryv1.RelatedObjectReport) error
+}
+
+func newReportWorker(mgr reportWriter, send func(attachment uint64, m *ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
 	return &reportWorker{
 		mgr: mgr, send: send, log: log,
-		latest: map[string]reportTask{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"}),
+		latest:  map[string]reportTask{},
+		waiting: map[string]struct{}{},
+		queue:   newReportQueue(reportRateLimiter()),
 	}
+}
+
+// Report retries: per report, from minReportBackoff doubling up to
+// maxReportBackoff. Not the controller default (up to 1,000 s per item plus
+// a 10 qps bucket shared by all): after a kcp outage every waiting status
+// and deletion confirmation must reach kcp within seconds, and the edge
+// holds newer reports of an object until the older one is answered. A kcp
+// that is down sees at most one attempt per waiting report every
+// maxReportBackoff (through the worker goroutines); the first write that
+// succeeds restarts all waiting reports at once (restartWaiting).
+const (
+	minReportBackoff = 100 * time.Millisecond
+	maxReportBackoff = 5 * time.Second
+)
+
+// reportRateLimiter spaces the retries of one report.
+func reportRateLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](minReportBackoff, maxReportBackoff)
+}
+
+func newReportQueue(rl workqueue.TypedRateLimiter[string]) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"})
 }
 
 func (w *reportWorker) add(t reportTask) {
 	if kind := t.kind(); kind != "" {
 		w.metrics.ReportReceived(kind)
 	}
-	k := replicate.KeyString(t.key)
-	switch {
-	case t.deletion:
-		k = "delete|" + k
-	case t.resend != nil:
-		k = "resend|" + k
-	case t.related != nil:
-		k = "related|" + k + "|" + t.related.GetRelatedTo().GetIdentifier()
-	case t.failure != nil:
-		k = "failure|" + k
-	default:
-		k = "status|" + k
-	}
+	k := reportKey(t)
 	w.mu.Lock()
 	old, superseded := w.latest[k]
 	w.latest[k] = t
 	w.mu.Unlock()
-	if superseded && old.failure == nil && old.id != t.id {
-		// Superseded: answer the older report right away.
-		w.answer(&ferryv1.ReportResult{ReportId: old.id})
+	if superseded {
+		w.superseded(old, t)
 	}
 	w.queue.Add(k)
+}
+
+// reportKey is t's queue key: the latest report per object and kind wins.
+func reportKey(t reportTask) string {
+	k := replicate.KeyString(t.key)
+	switch {
+	case t.deletion:
+		return "delete|" + k
+	case t.resend != nil:
+		return "resend|" + k
+	case t.related != nil:
+		return "related|" + k + "|" + t.related.GetRelatedTo().GetIdentifier()
+	case t.failure != nil:
+		return "failure|" + k
+	}
+	return "status|" + k
 }
 
 // run applies reports with workers goroutines until ctx ends. The
 // workqueue never hands one key to two workers at once.
 func (w *reportWorker) run(ctx context.Context, workers int) {
-	watching.RunWorkers(ctx, w.queue, workers, func() bool {
-		k, shutdown := w.queue.Get()
-		if shutdown {
-			return false
-		}
-		w.mu.Lock()
-		t, ok := w.latest[k]
-		delete(w.latest, k)
-		w.mu.Unlock()
-		if ok {
-			w.apply(ctx, k, t)
-		}
-		w.queue.Done(k)
-		return true
-	})
+	watching.RunWorkers(ctx, w.queue, workers, func() bool { return w.processNext(ctx) })
+}
+
+// processNext applies the next queued report (blocking until there is one);
+// false once the queue is shut down.
+func (w *reportWorker) processNext(ctx context.Context) bool {
+	k, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	w.mu.Lock()
+	t, ok := w.latest[k]
+	delete(w.latest, k)
+	delete(w.waiting, k)
+	w.mu.Unlock()
+	if ok {
+		w.apply(ctx, k, t)
+	}
+	w.queue.Done(k)
+	return true
 }
 
 // unknownResourceRetries bounds how long a report waits for its
-// PublishedResource to be synced (about two minutes with the workqueue's
-// exponential backoff) before it is answered with an error.
-const unknownResourceRetries = 15
+// PublishedResource to be synced (about two minutes with the report
+// backoff: 6 s for the first six retries, then 5 s each) before it is
+// answered with an error.
+const unknownResourceRetries = 29
 
 func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	if t.pr == "" {
 		pr, ok := w.mgr.PublishedResourceFor(t.key)
 		if !ok && w.queue.NumRequeues(k) < unknownResourceRetries {
-			w.retry(k, t)
+			w.retry(k, t, false)
 			return
 		}
 		if !ok {
 			w.log.Info("edge report for a resource this edge does not sync; dropped", logging.KeyObject, replicate.KeyString(t.key))
 			w.queue.Forget(k)
 			w.metrics.ReportDone(t.kind(), false)
-			w.answer(&ferryv1.ReportResult{ReportId: t.id, Error: &ferryv1.ApplyError{
+			w.answer(t, &ferryv1.ReportResult{ReportId: t.id, ReportEpoch: t.epoch, Error: &ferryv1.ApplyError{
 				Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED,
 				Message: fmt.Sprintf("%s is not synced by this edge", replicate.KeyString(t.key)),
 			}})
@@ -209,6 +265,8 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure, t.relatedFailure); err != nil {
 			// Best effort: the failure is logged; the next one is recorded.
 			w.log.Error(err, "cannot record a sync failure as an Event in kcp", logging.KeyObject, replicate.KeyString(t.key))
+		} else {
+			w.restartWaiting()
 		}
 		w.queue.Forget(k)
 		return
@@ -233,7 +291,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	default:
 		_, err = w.mgr.WriteStatus(ctx, t.pr, t.key, t.status.GetStatus())
 	}
-	answer := &ferryv1.ReportResult{ReportId: t.id}
+	answer := &ferryv1.ReportResult{ReportId: t.id, ReportEpoch: t.epoch}
 	switch {
 	case err == nil:
 		w.queue.Forget(k)
@@ -243,12 +301,17 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		w.queue.Forget(k)
 	default:
 		w.log.Error(err, "applying an edge report to kcp failed; retrying", logging.KeyObject, replicate.KeyString(t.key))
-		w.retry(k, t)
+		w.retry(k, t, true)
 		return // answered once it succeeds or fails for good
+	}
+	if t.resend == nil {
+		// kcp answered (a resend writes nothing): the reports waiting
+		// because it did not go again now.
+		w.restartWaiting()
 	}
 	w.metrics.ReportDone(t.kind(), answer.Error == nil)
 	w.records.reported(t.key, t.deletion, answer)
-	w.answer(answer)
+	w.answer(t, answer)
 }
 
 // Permanent tells whether a kcp write failed for a reason retrying cannot
@@ -266,16 +329,64 @@ func Permanent(err error) bool {
 	return false
 }
 
-// retry applies t again later unless a newer report replaced it.
-func (w *reportWorker) retry(k string, t reportTask) {
+// retry applies t again later unless a newer report replaced it while it
+// was being applied: the newer one is queued already, and t is answered as
+// superseded. kcpFailed tells whether kcp failed (the retry then restarts
+// as soon as a kcp write succeeds).
+func (w *reportWorker) retry(k string, t reportTask, kcpFailed bool) {
 	w.mu.Lock()
-	if _, newer := w.latest[k]; !newer {
+	newer, superseded := w.latest[k]
+	if !superseded {
 		w.latest[k] = t
+		if kcpFailed {
+			w.waiting[k] = struct{}{}
+		}
 	}
 	w.mu.Unlock()
+	if superseded {
+		w.superseded(t, newer)
+		return
+	}
 	w.queue.AddRateLimited(k)
 }
 
-func (w *reportWorker) answer(a *ferryv1.ReportResult) {
-	w.send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: a}})
+// minRestartInterval spaces restartWaiting's restarts: when kcp fails
+// only some writes (one shard down), every success elsewhere would
+// otherwise retry the failing reports again at once.
+const minRestartInterval = time.Second
+
+// restartWaiting retries at once the reports waiting for a retry after a
+// kcp failure: kcp answers again. Their backoff is kept (forgotten once
+// written), so a report that still fails waits as long as before.
+func (w *reportWorker) restartWaiting() {
+	w.mu.Lock()
+	now := time.Now()
+	if len(w.waiting) == 0 || now.Sub(w.restarted) < minRestartInterval {
+		w.mu.Unlock()
+		return
+	}
+	w.restarted = now
+	keys := make([]string, 0, len(w.waiting))
+	for k := range w.waiting {
+		keys = append(keys, k)
+	}
+	clear(w.waiting)
+	w.mu.Unlock()
+	for _, k := range keys {
+		w.queue.Add(k)
+	}
+}
+
+// superseded answers old, replaced by newer before it was applied: only the
+// latest report of an object and kind is written.
+func (w *reportWorker) superseded(old, newer reportTask) {
+	if old.failure != nil || (old.id == newer.id && old.epoch == newer.epoch && old.attachment == newer.attachment) {
+		return // not a report, or the same one re-sent: answered once
+	}
+	w.answer(old, &ferryv1.ReportResult{ReportId: old.id, ReportEpoch: old.epoch})
+}
+
+// answer sends t's answer a on the stream t came on.
+func (w *reportWorker) answer(t reportTask, a *ferryv1.ReportResult) {
+	w.send(t.attachment, &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: a}})
 }

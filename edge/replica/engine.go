@@ -83,6 +83,9 @@ type Engine struct {
 	opts    Options
 	queue   workqueue.TypedRateLimitingInterface[string]
 	reports *outbox.Outbox[string, *ferryv1.ConnectRequest]
+	// reportEpoch is the reports outbox's epoch, stamped on every report
+	// (reports.go).
+	reportEpoch uint64
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -150,20 +153,21 @@ func NewEngine(o Options) *Engine {
 		opts: o,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "apply"}),
-		reports:    outbox.New[string, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
-		published:  map[string]*Published{},
-		watches:    map[string]*localWatch{},
-		latest:     map[string]*ferryv1.SyncIntent{},
-		deleting:   map[string]*ferryv1.SyncIntent{},
-		applied:    map[string]appliedCopy{},
-		resend:     map[string]struct{}{},
-		statusSum:  map[string][32]byte{},
-		created:    map[string]string{},
-		foreign:    map[string]bool{},
-		relWatches: map[schema.GroupVersionResource]*relatedWatch{},
-		relRefs:    refindex.New[relKey](),
-		relSum:     map[relKey][32]byte{},
-		relWaiting: map[string]map[relKey]struct{}{},
+		reports:     outbox.New[string, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
+		reportEpoch: newReportEpoch(),
+		published:   map[string]*Published{},
+		watches:     map[string]*localWatch{},
+		latest:      map[string]*ferryv1.SyncIntent{},
+		deleting:    map[string]*ferryv1.SyncIntent{},
+		applied:     map[string]appliedCopy{},
+		resend:      map[string]struct{}{},
+		statusSum:   map[string][32]byte{},
+		created:     map[string]string{},
+		foreign:     map[string]bool{},
+		relWatches:  map[schema.GroupVersionResource]*relatedWatch{},
+		relRefs:     refindex.New[relKey](),
+		relSum:      map[relKey][32]byte{},
+		relWaiting:  map[string]map[relKey]struct{}{},
 	}
 }
 

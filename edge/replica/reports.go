@@ -1,7 +1,9 @@
 package replica
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 
@@ -16,7 +18,27 @@ import (
 )
 
 // Reports to the broker (status, related objects, deletion confirmations,
-// resend requests) through one outbox, answered by id.
+// resend requests) through one outbox, answered by epoch and id.
+//
+// The epoch belongs to the outbox, that is to the engine (one per edge
+// process or incarnation), not to a stream: report ids are unique within an
+// outbox and an unanswered report is re-sent on the next stream with its
+// id, so an answer the broker computed for it on an earlier stream still
+// answers that very report. What must never match is the same id of another
+// outbox — an earlier process or incarnation, whose ids started at 1 too —
+// and the epoch tells those apart. (The broker also answers a report only on
+// the stream it came on.)
+
+// newReportEpoch returns a random, non-zero report epoch.
+func newReportEpoch() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+		if epoch := binary.BigEndian.Uint64(b[:]); epoch != 0 {
+			return epoch
+		}
+	}
+}
 
 // Next returns the next bulk message for the broker: inventory chunks
 // first, then reports within the report window.
@@ -33,22 +55,22 @@ func (e *Engine) Next() (*ferryv1.ConnectRequest, bool) {
 	if !ok {
 		return nil, false
 	}
-	return withReportID(r.Value, r.Seq), true
+	return withReportID(r.Value, e.reportEpoch, r.Seq), true
 }
 
-// withReportID returns a shallow copy of a report carrying id: the stored
-// message is shared with the outbox.
-func withReportID(m *ferryv1.ConnectRequest, id uint64) *ferryv1.ConnectRequest {
+// withReportID returns a shallow copy of a report carrying epoch and id: the
+// stored message is shared with the outbox.
+func withReportID(m *ferryv1.ConnectRequest, epoch, id uint64) *ferryv1.ConnectRequest {
 	switch r := m.GetMessage().(type) {
 	case *ferryv1.ConnectRequest_StatusReport:
 		o := r.StatusReport
 		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
-			ReportId: id, Key: o.GetKey(), Status: o.GetStatus(), LocalResourceVersion: o.GetLocalResourceVersion(), Error: o.GetError(),
+			ReportId: id, ReportEpoch: epoch, Key: o.GetKey(), Status: o.GetStatus(), LocalResourceVersion: o.GetLocalResourceVersion(), Error: o.GetError(),
 		}}}
 	case *ferryv1.ConnectRequest_RelatedObjectReport:
 		o := r.RelatedObjectReport
 		c := &ferryv1.RelatedObjectReport{
-			ReportId: id, RelatedTo: o.GetRelatedTo(), Resource: o.GetResource(),
+			ReportId: id, ReportEpoch: epoch, RelatedTo: o.GetRelatedTo(), Resource: o.GetResource(),
 			LocalNamespace: o.GetLocalNamespace(), LocalName: o.GetLocalName(),
 		}
 		switch st := o.GetState().(type) {
@@ -65,19 +87,26 @@ func withReportID(m *ferryv1.ConnectRequest, id uint64) *ferryv1.ConnectRequest 
 	case *ferryv1.ConnectRequest_DeletionConfirmation:
 		o := r.DeletionConfirmation
 		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
-			ReportId: id, Key: o.GetKey(), Version: o.GetVersion(),
+			ReportId: id, ReportEpoch: epoch, Key: o.GetKey(), Version: o.GetVersion(),
 		}}}
 	case *ferryv1.ConnectRequest_ResendRequest:
 		o := r.ResendRequest
 		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
-			ReportId: id, Key: o.GetKey(), Reason: o.GetReason(), RelatedTo: o.GetRelatedTo(),
+			ReportId: id, ReportEpoch: epoch, Key: o.GetKey(), Reason: o.GetReason(), RelatedTo: o.GetRelatedTo(),
 		}}}
 	}
 	return m
 }
 
-// ReportResult takes the broker's answer to a report.
+// ReportResult takes the broker's answer to a report. An answer for another
+// epoch (a report of an earlier engine with the same id) is dropped; one
+// without an epoch comes from a broker that predates them and is matched by
+// id alone.
 func (e *Engine) ReportResult(r *ferryv1.ReportResult) {
+	if epoch := r.GetReportEpoch(); epoch != 0 && epoch != e.reportEpoch {
+		e.opts.Log.V(4).Info("answer to a report of an earlier edge engine dropped", "reportId", r.GetReportId(), "epoch", epoch)
+		return
+	}
 	entry, ok := e.reports.AckSeq(r.GetReportId())
 	if ok {
 		e.opts.Metrics.ReportAnswered(r, entry.Queued())

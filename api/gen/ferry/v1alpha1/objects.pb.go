@@ -1039,8 +1039,8 @@ func (x *InventoryRequest) GetPublishedResources() []string {
 // the latest report per key matters.
 type StatusReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Edge-assigned, per-stream increasing number; echoed in ReportResult.
-	// Required.
+	// Edge-assigned number, increasing within report_epoch; echoed in
+	// ReportResult. Required.
 	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	// The kcp object whose status this is. Required.
 	Key *ObjectKey `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
@@ -1051,7 +1051,12 @@ type StatusReport struct {
 	// Set instead of status when the edge could not send it (e.g. larger than
 	// the broker accepts); the broker records it as a Warning Event on the kcp
 	// object. Optional.
-	Error         *ApplyError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Error *ApplyError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// The epoch of the edge's report outbox that sent this report: random,
+	// non-zero, chosen once per edge engine incarnation (report ids restart
+	// with it). Echoed in ReportResult; the edge drops an answer of another
+	// epoch.
+	ReportEpoch   uint64 `protobuf:"varint,6,opt,name=report_epoch,json=reportEpoch,proto3" json:"report_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1121,6 +1126,13 @@ func (x *StatusReport) GetError() *ApplyError {
 	return nil
 }
 
+func (x *StatusReport) GetReportEpoch() uint64 {
+	if x != nil {
+		return x.ReportEpoch
+	}
+	return 0
+}
+
 // RelatedObjectReport carries a related object that originates on the
 // service cluster, sent edge → broker. The broker finds the kcp-side name and
 // namespace itself, by evaluating the related[] entry's reference on the kcp
@@ -1128,8 +1140,8 @@ func (x *StatusReport) GetError() *ApplyError {
 // primary and identifier matters.
 type RelatedObjectReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Edge-assigned, per-stream increasing number; echoed in ReportResult.
-	// Required.
+	// Edge-assigned number, increasing within report_epoch; echoed in
+	// ReportResult. Required.
 	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	// The primary object and the related[] entry. Required.
 	RelatedTo *RelatedTo `protobuf:"bytes,2,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
@@ -1149,7 +1161,12 @@ type RelatedObjectReport struct {
 	//	*RelatedObjectReport_Gone
 	//	*RelatedObjectReport_Unresolved
 	//	*RelatedObjectReport_Error
-	State         isRelatedObjectReport_State `protobuf_oneof:"state"`
+	State isRelatedObjectReport_State `protobuf_oneof:"state"`
+	// The epoch of the edge's report outbox that sent this report: random,
+	// non-zero, chosen once per edge engine incarnation (report ids restart
+	// with it). Echoed in ReportResult; the edge drops an answer of another
+	// epoch.
+	ReportEpoch   uint64 `protobuf:"varint,10,opt,name=report_epoch,json=reportEpoch,proto3" json:"report_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1260,6 +1277,13 @@ func (x *RelatedObjectReport) GetError() *ApplyError {
 		}
 	}
 	return nil
+}
+
+func (x *RelatedObjectReport) GetReportEpoch() uint64 {
+	if x != nil {
+		return x.ReportEpoch
+	}
+	return 0
 }
 
 type isRelatedObjectReport_State interface {
@@ -1383,13 +1407,18 @@ func (x *RelatedObjectUnresolved) GetMessage() string {
 // may remove its finalizer from the kcp object. Sent edge → broker.
 type DeletionConfirmation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Edge-assigned, per-stream increasing number; echoed in ReportResult.
-	// Required.
+	// Edge-assigned number, increasing within report_epoch; echoed in
+	// ReportResult. Required.
 	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	// The deleted kcp object. Required.
 	Key *ObjectKey `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The version of the DeleteIntent that caused it.
-	Version       *ObjectVersion `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Version *ObjectVersion `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// The epoch of the edge's report outbox that sent this report: random,
+	// non-zero, chosen once per edge engine incarnation (report ids restart
+	// with it). Echoed in ReportResult; the edge drops an answer of another
+	// epoch.
+	ReportEpoch   uint64 `protobuf:"varint,4,opt,name=report_epoch,json=reportEpoch,proto3" json:"report_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,6 +1474,13 @@ func (x *DeletionConfirmation) GetVersion() *ObjectVersion {
 	return nil
 }
 
+func (x *DeletionConfirmation) GetReportEpoch() uint64 {
+	if x != nil {
+		return x.ReportEpoch
+	}
+	return 0
+}
+
 // ResendRequest asks the broker to send an object's desired state again,
 // sent edge → broker. The edge sends it when a local copy it did not apply
 // in this process (an earlier edge process did) was deleted, or had its spec
@@ -1452,18 +1488,23 @@ func (x *DeletionConfirmation) GetVersion() *ObjectVersion {
 // memory, and needs the state for the others.
 type ResendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Edge-assigned, per-stream increasing number; echoed in ReportResult.
-	// Required.
+	// Edge-assigned number, increasing within report_epoch; echoed in
+	// ReportResult. Required.
 	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	// The kcp object whose local copy drifted. Required.
 	Key *ObjectKey `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// What happened to the local copy, for logs: "deleted" or "changed".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The epoch of the edge's report outbox that sent this report: random,
+	// non-zero, chosen once per edge engine incarnation (report ids restart
+	// with it). Echoed in ReportResult; the edge drops an answer of another
+	// epoch.
+	ReportEpoch uint64 `protobuf:"varint,4,opt,name=report_epoch,json=reportEpoch,proto3" json:"report_epoch,omitempty"`
 	// Set when the drifted copy is of a related object that originates in kcp
 	// (key is then its primary): the broker sends that related object again.
 	// (A broker that does not know this field re-sends the primary, which the
 	// edge finds applied.)
-	RelatedTo     *RelatedTo `protobuf:"bytes,4,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
+	RelatedTo     *RelatedTo `protobuf:"bytes,5,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1519,6 +1560,13 @@ func (x *ResendRequest) GetReason() string {
 	return ""
 }
 
+func (x *ResendRequest) GetReportEpoch() uint64 {
+	if x != nil {
+		return x.ReportEpoch
+	}
+	return 0
+}
+
 func (x *ResendRequest) GetRelatedTo() *RelatedTo {
 	if x != nil {
 		return x.RelatedTo
@@ -1537,7 +1585,11 @@ type ReportResult struct {
 	ReportId uint64 `protobuf:"varint,1,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
 	// Unset when the broker wrote the report into kcp (or nothing needed
 	// writing); set when it failed for good (retryable is then false).
-	Error         *ApplyError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error *ApplyError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The report's report_epoch. Required when the report carried one: the
+	// edge drops an answer whose epoch is not its outbox's (an answer to a
+	// report of an earlier edge process with the same report_id).
+	ReportEpoch   uint64 `protobuf:"varint,3,opt,name=report_epoch,json=reportEpoch,proto3" json:"report_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1584,6 +1636,13 @@ func (x *ReportResult) GetError() *ApplyError {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ReportResult) GetReportEpoch() uint64 {
+	if x != nil {
+		return x.ReportEpoch
+	}
+	return 0
 }
 
 var File_ferry_v1alpha1_objects_proto protoreflect.FileDescriptor
@@ -1657,13 +1716,14 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x0eResyncComplete\x12%\n" +
 	"\x0equeued_intents\x18\x01 \x01(\rR\rqueuedIntents\"C\n" +
 	"\x10InventoryRequest\x12/\n" +
-	"\x13published_resources\x18\x01 \x03(\tR\x12publishedResources\"\xd8\x01\n" +
+	"\x13published_resources\x18\x01 \x03(\tR\x12publishedResources\"\xfb\x01\n" +
 	"\fStatusReport\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\fR\x06status\x124\n" +
 	"\x16local_resource_version\x18\x04 \x01(\tR\x14localResourceVersion\x120\n" +
-	"\x05error\x18\x05 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\"\xd1\x03\n" +
+	"\x05error\x18\x05 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\x12!\n" +
+	"\freport_epoch\x18\x06 \x01(\x04R\vreportEpoch\"\xf4\x03\n" +
 	"\x13RelatedObjectReport\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x128\n" +
 	"\n" +
@@ -1677,24 +1737,29 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\n" +
 	"unresolved\x18\b \x01(\v2'.ferry.v1alpha1.RelatedObjectUnresolvedH\x00R\n" +
 	"unresolved\x122\n" +
-	"\x05error\x18\t \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorH\x00R\x05errorB\a\n" +
+	"\x05error\x18\t \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorH\x00R\x05error\x12!\n" +
+	"\freport_epoch\x18\n" +
+	" \x01(\x04R\vreportEpochB\a\n" +
 	"\x05state\"\x13\n" +
 	"\x11RelatedObjectGone\"3\n" +
 	"\x17RelatedObjectUnresolved\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage\"\x99\x01\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\"\xbc\x01\n" +
 	"\x14DeletionConfirmation\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x127\n" +
-	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\"\xab\x01\n" +
+	"\aversion\x18\x03 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\x12!\n" +
+	"\freport_epoch\x18\x04 \x01(\x04R\vreportEpoch\"\xce\x01\n" +
 	"\rResendRequest\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x128\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
+	"\freport_epoch\x18\x04 \x01(\x04R\vreportEpoch\x128\n" +
 	"\n" +
-	"related_to\x18\x04 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\"]\n" +
+	"related_to\x18\x05 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\"\x80\x01\n" +
 	"\fReportResult\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x120\n" +
-	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error*\xc8\x02\n" +
+	"\x05error\x18\x02 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\x12!\n" +
+	"\freport_epoch\x18\x03 \x01(\x04R\vreportEpoch*\xc8\x02\n" +
 	"\x10ApplyErrorReason\x12\"\n" +
 	"\x1eAPPLY_ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bAPPLY_ERROR_REASON_REJECTED\x10\x01\x12$\n" +
