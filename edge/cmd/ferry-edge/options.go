@@ -67,8 +67,8 @@ func NewOptions() *Options {
 		// The pod name (from the downward API, see deploy/): stable across
 		// container restarts, unique among the replicas of a Deployment.
 		LeaderIdentity: os.Getenv("POD_NAME"),
-		MetricsAddress: cli.DefaultMetricsAddress,
-		HealthAddress:  cli.DefaultHealthAddress,
+		MetricsAddress: cli.EdgeMetricsAddress,
+		HealthAddress:  cli.EdgeHealthAddress,
 		AdminAddress:   edgeadmin.DefaultAddress,
 	}
 }
