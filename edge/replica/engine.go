@@ -257,48 +257,6 @@ func (e *Engine) watchLocked(p *Published) {
 	}()
 }
 
-// inventoryChunk bounds the entries per Inventory message.
-const inventoryChunk = 500
-
-// sendInventoryLocked tells the broker which kcp states this agent's local
-// copies of w's resource were applied from, so it re-sends only what
-// differs. Sent once the local watch is synced, on every stream.
-func (e *Engine) sendInventoryLocked(w *localWatch) {
-	if e.sink == nil || !w.synced {
-		return
-	}
-	var entries []*ferryv1.InventoryEntry
-	for _, o := range w.store.List() {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
-		if !ok {
-			continue
-		}
-		entries = append(entries, &ferryv1.InventoryEntry{
-			Key:                    remoteKey(w.pub, remote),
-			AppliedResourceVersion: u.GetAnnotations()[naming.AnnotationResourceVersion],
-			AppliedHash:            u.GetAnnotations()[naming.AnnotationContentHash],
-			PublishedResource:      w.pub.Name,
-			LocalNamespace:         u.GetNamespace(),
-			LocalName:              u.GetName(),
-		})
-	}
-	for {
-		n := min(len(entries), inventoryChunk)
-		e.pre = append(e.pre, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Inventory{Inventory: &ferryv1.Inventory{
-			PublishedResource: w.pub.Name, Entries: entries[:n], Complete: n == len(entries),
-		}}})
-		e.opts.Wake()
-		entries = entries[n:]
-		if len(entries) == 0 {
-			return
-		}
-	}
-}
-
 func indexByRemote(obj any) ([]string, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
