@@ -536,26 +536,6 @@ func remoteKey(p *Published, remote naming.Remote) *ferryv1.ObjectKey {
 	}
 }
 
-// retryable tells whether applying again may succeed without a change of
-// the object or the PublishedResource: not for invalid objects and
-// refusals (validation, admission, RBAC), which would only repeat the same
-// error (and the same Event) forever.
-func retryable(err error) bool {
-	return !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) && !apierrors.IsForbidden(err) &&
-		!apierrors.IsRequestEntityTooLargeError(err)
-}
-
-func classify(err error) ferryv1.ApplyErrorReason {
-	switch {
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err), apierrors.IsNotFound(err):
-		return ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED
-	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
-		return ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT
-	default:
-		return ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE
-	}
-}
-
 func nsName(ns, name string) string {
 	if ns == "" {
 		return name
