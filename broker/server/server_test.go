@@ -155,7 +155,11 @@ func (tb *testBroker) dial(t *testing.T, client string) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(tb.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	cfg, err := tlsCfg.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(tb.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
 		t.Fatal(err)
 	}

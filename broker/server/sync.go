@@ -199,6 +199,8 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		err = nil
 	case errors.Is(err, link.ErrPeerSilent):
 		err = status.Errorf(codes.Unavailable, "no message from the edge for %s", protocol.DeadAfter(interval))
+	case errors.Is(err, link.ErrControlFull):
+		err = status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		err = status.FromContextError(ctx.Err()).Err()
 	}

@@ -285,55 +285,6 @@ func (e *Engine) watchLocked(p *Published) {
 	}()
 }
 
-// inventoryChunk bounds the entries per Inventory message.
-const inventoryChunk = 500
-
-// sendInventoryLocked tells the broker which kcp states this agent's local
-// copies of w's resource were applied from, so it re-sends only what
-// differs. Sent once the local watch is synced, on every stream.
-func (e *Engine) sendInventoryLocked(w *localWatch) {
-	if e.sink == nil || !w.synced {
-		return
-	}
-	var entries []*ferryv1.InventoryEntry
-	for _, o := range w.store.List() {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
-		if !ok {
-			continue
-		}
-		applied := u.GetAnnotations()[naming.AnnotationContentHash]
-		if u.GetAnnotations()[naming.AnnotationShape] != w.pub.Shape {
-			// Applied under other settings of the PublishedResource: the
-			// broker re-sends it (through its window), and it is applied
-			// again under the current ones.
-			applied = ""
-		}
-		entries = append(entries, &ferryv1.InventoryEntry{
-			Key:                    remoteKey(w.pub, remote),
-			AppliedResourceVersion: u.GetAnnotations()[naming.AnnotationResourceVersion],
-			AppliedHash:            applied,
-			PublishedResource:      w.pub.Name,
-			LocalNamespace:         u.GetNamespace(),
-			LocalName:              u.GetName(),
-		})
-	}
-	for {
-		n := min(len(entries), inventoryChunk)
-		e.pre = append(e.pre, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Inventory{Inventory: &ferryv1.Inventory{
-			PublishedResource: w.pub.Name, Entries: entries[:n], Complete: n == len(entries),
-		}}})
-		e.opts.Wake()
-		entries = entries[n:]
-		if len(entries) == 0 {
-			return
-		}
-	}
-}
-
 func indexByRemote(obj any) ([]string, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -644,26 +595,6 @@ func remoteKey(p *Published, remote naming.Remote) *ferryv1.ObjectKey {
 		Namespace: remote.Namespace,
 		Name:      remote.Name,
 		Uid:       remote.UID,
-	}
-}
-
-// retryable tells whether applying again may succeed without a change of
-// the object or the PublishedResource: not for invalid objects and
-// refusals (validation, admission, RBAC), which would only repeat the same
-// error (and the same Event) forever.
-func retryable(err error) bool {
-	return !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) && !apierrors.IsForbidden(err) &&
-		!apierrors.IsRequestEntityTooLargeError(err)
-}
-
-func classify(err error) ferryv1.ApplyErrorReason {
-	switch {
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err), apierrors.IsNotFound(err):
-		return ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED
-	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
-		return ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT
-	default:
-		return ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE
 	}
 }
 

@@ -41,7 +41,7 @@ func (h *Handler) Connected(hello *ferryv1.BrokerHello, control stream.Sink) {
 	h.mu.Lock()
 	h.publishes = nil
 	h.mu.Unlock()
-	h.Replica.Connected(control)
+	h.Replica.Connected(replica.LimitedSink{Sink: control, Limit: int(hello.GetMaxReceiveMessageBytes())})
 	h.Publish.Connected(hello)
 	h.link.connected(hello)
 }

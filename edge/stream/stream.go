@@ -6,7 +6,6 @@ package stream
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +27,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -35,8 +35,10 @@ import (
 type Options struct {
 	// BrokerAddress is host:port of the broker.
 	BrokerAddress string
-	// TLS is the client TLS configuration (tlsconfig.Client).
-	TLS *tls.Config
+	// TLS is the client TLS configuration (tlsconfig.Client), read again
+	// for every dial: a rotated CA bundle or certificate is used from the
+	// next connection on.
+	TLS *tlsconfig.ClientConfig
 	// AgentName is sent in the hello; a DNS label.
 	AgentName string
 	// HeartbeatInterval is the edge's heartbeat proposal.
@@ -164,8 +166,12 @@ func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) 
 // reconnect re-reads rotated certificates and follows the backoff above
 // rather than gRPC's internal one.
 func (c *Client) session(ctx context.Context) (accepted bool, err error) {
+	tlsCfg, err := c.opts.TLS.Config()
+	if err != nil {
+		return false, err
+	}
 	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(credentials.NewTLS(c.opts.TLS)),
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
 		grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),

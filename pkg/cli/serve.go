@@ -22,16 +22,20 @@ import (
 
 // Defaults of the observability listeners: loopback, so nothing is exposed
 // beyond the host unless asked for (the Helm charts bind all interfaces).
+// The broker and the edge differ, so that both run on one host with their
+// defaults.
 const (
-	DefaultMetricsAddress = "127.0.0.1:8080"
-	DefaultHealthAddress  = "127.0.0.1:8081"
+	BrokerMetricsAddress = "127.0.0.1:8080"
+	BrokerHealthAddress  = "127.0.0.1:8081"
+	EdgeMetricsAddress   = "127.0.0.1:8090"
+	EdgeHealthAddress    = "127.0.0.1:8091"
 )
 
 // AddObservabilityFlags registers --metrics-bind-address and
 // --health-probe-bind-address.
 func AddObservabilityFlags(fs *pflag.FlagSet, metricsAddr, healthAddr *string) {
 	fs.StringVar(metricsAddr, "metrics-bind-address", *metricsAddr,
-		`Serve Prometheus metrics at /metrics on this host:port; "0" turns them off. Use ":8080" to expose them beyond loopback (e.g. to a Prometheus in the cluster).`)
+		`Serve Prometheus metrics at /metrics on this host:port; "0" turns them off. Use ":PORT" to expose them beyond loopback (e.g. to a Prometheus in the cluster).`)
 	fs.StringVar(healthAddr, "health-probe-bind-address", *healthAddr,
 		`Serve /healthz (liveness) and /readyz (readiness, with the failing check's reason) on this host:port; "0" turns them off.`)
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -67,7 +68,10 @@ func Receive[T any](ctx context.Context, recv func() (T, error), buffer int) Rec
 }
 
 // ErrControlFull ends a stream whose control queue overflowed: the peer sent
-// more than its windows allow, or the stream stopped moving.
+// more than its windows allow, or the stream stopped moving. The message
+// that did not fit is lost, so the stream cannot go on: the peer would wait
+// for it forever, its window filling while heartbeats still flow. A new
+// stream re-sends everything unanswered.
 var ErrControlFull = errors.New("control queue full")
 
 // Loop runs an established stream: dispatcher and sender. Fields are set
@@ -101,24 +105,33 @@ type Loop[In, Out any] struct {
 	OnReceive func()
 
 	control chan Out
+	// overrun is closed when Control refused a message; Run then ends.
+	overrun     chan struct{}
+	overrunOnce sync.Once
 }
 
 // NewLoop returns a loop whose control queue holds controlCapacity messages.
 // The capacity must exceed what the peer's windows allow to be answered at
 // once (plus heartbeats): a full queue ends the stream.
 func NewLoop[In, Out any](controlCapacity int) *Loop[In, Out] {
-	return &Loop[In, Out]{control: make(chan Out, controlCapacity)}
+	return &Loop[In, Out]{control: make(chan Out, controlCapacity), overrun: make(chan struct{})}
 }
 
-// Control queues a message that goes ahead of bulk traffic. It never blocks;
-// it fails when the queue is full.
+// Control queues a message that goes ahead of bulk traffic. It never blocks.
+// When the queue is full the message is dropped, Control fails and Run ends
+// with ErrControlFull.
 func (l *Loop[In, Out]) Control(m Out) error {
 	select {
 	case l.control <- m:
 		return nil
 	default:
-		return fmt.Errorf("%w (%d messages)", ErrControlFull, cap(l.control))
+		l.overrunOnce.Do(func() { close(l.overrun) })
+		return l.errControlFull()
 	}
+}
+
+func (l *Loop[In, Out]) errControlFull() error {
+	return fmt.Errorf("%w (%d messages): a message was dropped, the stream ends", ErrControlFull, cap(l.control))
 }
 
 // Run runs the dispatcher and the sender until one of them fails or ctx
@@ -140,6 +153,8 @@ func (l *Loop[In, Out]) dispatch(ctx context.Context) error {
 			return ctx.Err()
 		case err := <-l.Receiver.Err:
 			return err
+		case <-l.overrun:
+			return l.errControlFull()
 		case m := <-l.Receiver.C:
 			dead.Reset(l.DeadAfter)
 			if l.OnReceive != nil {
@@ -165,6 +180,8 @@ func (l *Loop[In, Out]) sendLoop(ctx context.Context) error {
 	for {
 		// Control first, always.
 		select {
+		case <-l.overrun:
+			return l.errControlFull()
 		case m := <-l.control:
 			if err := l.Send(m); err != nil {
 				return err
@@ -181,6 +198,8 @@ func (l *Loop[In, Out]) sendLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-l.overrun:
+			return l.errControlFull()
 		case m := <-l.control:
 			if err := l.Send(m); err != nil {
 				return err

@@ -73,6 +73,52 @@ func TestControlNeverBlocks(t *testing.T) {
 	}
 }
 
+// TestOverrunControlLaneEndsStream: an answer that does not fit the control
+// lane is lost, so the stream must end (the reconnect re-sends everything)
+// instead of running on with the peer's window slowly filling while
+// heartbeats look healthy.
+func TestOverrunControlLaneEndsStream(t *testing.T) {
+	l := NewLoop[int, int](2)
+	l.Receiver = Receiver[int]{C: make(chan int), Err: make(chan error)}
+	release := make(chan struct{})
+	var sent atomic.Int32
+	l.Send = func(int) error {
+		<-release // the stream does not move
+		sent.Add(1)
+		return nil
+	}
+	l.Handle = func(int) error { return nil }
+	l.Heartbeat = func(*ferryv1.Heartbeat) int { return 0 }
+	l.Interval, l.DeadAfter = time.Hour, time.Hour
+
+	done := make(chan error, 1)
+	go func() { done <- l.Run(context.Background()) }()
+	// The first message is taken by the (stuck) sender; two more fill the
+	// lane and the fourth overruns it. Until the sender holds the first,
+	// the lane may refuse early: keep queueing until one is refused.
+	overrun := false
+	for i := 0; i < 100 && !overrun; i++ {
+		if err := l.Control(i); err != nil {
+			if !errors.Is(err, ErrControlFull) {
+				t.Fatalf("want ErrControlFull, got %v", err)
+			}
+			overrun = true
+		}
+	}
+	if !overrun {
+		t.Fatal("control lane never refused a message")
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrControlFull) {
+			t.Fatalf("stream ended with %v, want ErrControlFull", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("stream still running after an overrun of its control lane (%d messages sent)", sent.Load())
+	}
+}
+
 func TestOversizedBulkIsReportedNotSent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

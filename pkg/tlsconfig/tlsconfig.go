@@ -54,27 +54,48 @@ func Server(f Files) (*tls.Config, error) {
 	}, nil
 }
 
-// Client returns the edge's TLS configuration: TLS 1.3 only, the broker is
-// verified against CAFile (for serverName when not empty, else the dialled
-// host), and the edge presents CertFile, reloaded when the files change.
-func Client(f Files, serverName string) (*tls.Config, error) {
+// ClientConfig is the edge's TLS configuration, kept in step with its files:
+// the CA bundle that verifies the broker and the client certificate are read
+// again when they change, so rotating either needs no restart.
+type ClientConfig struct {
+	keyPair    *reloading[*tls.Certificate]
+	roots      *reloading[*x509.CertPool]
+	serverName string
+}
+
+// Client reads the edge's files: TLS 1.3 only, the broker is verified against
+// CAFile (for serverName when not empty, else the dialled host), and the edge
+// presents CertFile. It fails when a file is missing or invalid, naming it.
+func Client(f Files, serverName string) (*ClientConfig, error) {
 	keyPair, err := newReloading(parseKeyPair, f.CertFile, f.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("client certificate: %w", err)
 	}
-	pool, err := parseCAPool([]string{f.CAFile})
+	roots, err := newReloading(parseCAPool, f.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("broker CA: %w", err)
 	}
 	if _, err := Identity(keyPair.value.Leaf); err != nil {
 		return nil, fmt.Errorf("client certificate %s: %w", f.CertFile, err)
 	}
+	return &ClientConfig{keyPair: keyPair, roots: roots, serverName: serverName}, nil
+}
+
+// Config returns the configuration of one connection: it trusts the CA bundle
+// as it is on disk now, and presents the client certificate as it is on disk
+// at the handshake. Call it for every dial. A rotation that leaves a file
+// unreadable or invalid keeps the last good bundle or certificate.
+func (c *ClientConfig) Config() (*tls.Config, error) {
+	pool, err := c.roots.get()
+	if err != nil {
+		return nil, fmt.Errorf("broker CA: %w", err)
+	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		RootCAs:    pool,
-		ServerName: serverName,
+		ServerName: c.serverName,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return keyPair.get()
+			return c.keyPair.get()
 		},
 	}, nil
 }

@@ -126,3 +126,87 @@ func TestConstructorsNameTheBadFile(t *testing.T) {
 		t.Errorf("Client with a mismatched key: %v", err)
 	}
 }
+
+// TestClientReloadsRotatedCA: the broker's certificate moves to a new CA and
+// the edge's CA bundle file is rotated to hold it; the next handshake of the
+// same client configuration (no new process) trusts the new broker.
+func TestClientReloadsRotatedCA(t *testing.T) {
+	dir, _ := newPKI(t, "edge")
+	caFile := filepath.Join(dir, devpki.CACertFile)
+	client, err := Client(Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"), CAFile: caFile}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A broker whose certificate comes from a new CA; it still accepts the
+	// edge's client certificate (old CA).
+	newDir := t.TempDir()
+	newCA, err := devpki.LoadOrCreateCA(newDir, "new CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newCA.IssueServer(newDir, "broker", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	server, err := Server(Files{CertFile: devpki.CertFile(newDir, "broker"), KeyFile: devpki.KeyFile(newDir, "broker"), CAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_ = conn.(*tls.Conn).Handshake()
+				_ = conn.Close()
+			}()
+		}
+	}()
+	handshake := func() error {
+		conn, err := tls.Dial("tcp", lis.Addr().String(), clientConfig(t, client))
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+
+	if err := handshake(); err == nil {
+		t.Fatal("handshake with a broker of an unknown CA succeeded")
+	}
+	// Rotate the edge's bundle: old and new CA, with a later modification
+	// time (as a Secret update does).
+	oldPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPEM, err := os.ReadFile(filepath.Join(newDir, devpki.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, append(oldPEM, newPEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(caFile, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(); err != nil {
+		t.Fatalf("handshake after rotating the CA bundle: %v", err)
+	}
+}
+
+func clientConfig(t *testing.T, c *ClientConfig) *tls.Config {
+	t.Helper()
+	cfg, err := c.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}

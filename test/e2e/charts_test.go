@@ -319,8 +319,8 @@ func TestChartsEdgeTemplate(t *testing.T) {
 			"--broker-address=ferry-broker.ferry-system.svc:8443", "--broker-ca=/etc/ferry/broker-ca/ca.crt",
 			"--tls-cert=/etc/ferry/tls/tls.crt", "--tls-key=/etc/ferry/tls/tls.key", "--agent-name=ferry-edge",
 			"--install-crds=false", "--leader-elect=true", "--leader-election-namespace=ferry-system",
-			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--zap-log-level=info")
-		assertPorts(t, c, map[string]int32{"metrics": 8080, "health": 8081})
+			"--metrics-bind-address=:8090", "--health-probe-bind-address=:8091", "--zap-log-level=info")
+		assertPorts(t, c, map[string]int32{"metrics": 8090, "health": 8091})
 		assertProbes(t, c)
 		assertRestricted(t, dep)
 		assertFlagsKnown(t, env.bins.Edge, c.Args)

@@ -168,7 +168,11 @@ func DialBroker(address, pkiDir, client string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return grpc.NewClient(address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	cfg, err := tlsCfg.Config()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(address, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 }
 
 // EdgeOptions configure StartEdge.

@@ -55,8 +55,8 @@ func NewOptions() *Options {
 		EngineIdleTimeout:      15 * time.Minute,
 		ClientQPS:              cli.DefaultClientQPS,
 		ClientBurst:            cli.DefaultClientBurst,
-		MetricsAddress:         cli.DefaultMetricsAddress,
-		HealthAddress:          cli.DefaultHealthAddress,
+		MetricsAddress:         cli.BrokerMetricsAddress,
+		HealthAddress:          cli.BrokerHealthAddress,
 		EdgeLeaseNamespace:     metav1.NamespaceDefault,
 		EdgeLeaseRenewInterval: server.DefaultEdgeLeaseRenewInterval,
 	}

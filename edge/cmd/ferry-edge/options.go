@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -67,8 +66,8 @@ func NewOptions() *Options {
 		// The pod name (from the downward API, see deploy/): stable across
 		// container restarts, unique among the replicas of a Deployment.
 		LeaderIdentity: os.Getenv("POD_NAME"),
-		MetricsAddress: cli.DefaultMetricsAddress,
-		HealthAddress:  cli.DefaultHealthAddress,
+		MetricsAddress: cli.EdgeMetricsAddress,
+		HealthAddress:  cli.EdgeHealthAddress,
 		AdminAddress:   edgeadmin.DefaultAddress,
 	}
 }
@@ -79,7 +78,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BrokerServerName, "broker-server-name", o.BrokerServerName, "Name expected in the broker's certificate; defaults to the host of --broker-address.")
 	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Client certificate (PEM); its URI SAN (or CN) is the edge's identity. Reloaded on reconnect when the file changes.")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key", o.TLS.KeyFile, "Client private key (PEM).")
-	fs.StringVar(&o.TLS.CAFile, "broker-ca", o.TLS.CAFile, "CA bundle (PEM) that signs the broker's certificate.")
+	fs.StringVar(&o.TLS.CAFile, "broker-ca", o.TLS.CAFile, "CA bundle (PEM) that signs the broker's certificate; reloaded on reconnect when the file changes.")
 	fs.StringVar(&o.AgentName, "agent-name", o.AgentName, "Name of this edge (a DNS label), shown at the broker.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the service cluster; in-cluster configuration when empty.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to the broker; a stream silent for three intervals is closed.")
@@ -146,7 +145,7 @@ func (o *Options) Validate() error {
 // Completed holds what the options point at, loaded and checked.
 type Completed struct {
 	*Options
-	TLS      *tls.Config
+	TLS      *tlsconfig.ClientConfig
 	Service  *rest.Config
 	Selector labels.Selector
 }
