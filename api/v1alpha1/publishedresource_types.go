@@ -447,6 +447,14 @@ const (
 	ReasonRelatedInvalid    = "RelatedInvalid"
 	ReasonWatching          = "Watching"
 	ReasonLocalWatchFailed  = "LocalWatchFailed"
+	// ReasonProjectionChanged: the projection now yields another served
+	// resource than the one published (status.servedResource). The edge
+	// keeps syncing the published one and does not publish the change
+	// (admission refuses it where the CRD's validation rules are served).
+	ReasonProjectionChanged = "ProjectionChanged"
+	// ReasonLocalResourceClaimed: an older PublishedResource publishes the
+	// same CRD; this one is neither published nor synced until it is gone.
+	ReasonLocalResourceClaimed = "LocalResourceClaimed"
 	// ReasonReleasing: the PublishedResource is being deleted (or its
 	// synchronization disabled) and the edge waits for its local copies to
 	// go or for the broker to release the objects in kcp.
