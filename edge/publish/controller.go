@@ -521,7 +521,8 @@ func projectionChange(pr *ferryv1alpha1.PublishedResource, proj *projection.Resu
 	}
 	return fmt.Sprintf("the projection changed to resource %q (kind %s), but this PublishedResource is published as %s (kind %s); "+
 		"a published resource cannot move: its objects in kcp and their local copies belong to it. It is still synced as %s. "+
-		"Restore spec.projection, or create a new PublishedResource and delete this one with deletionPolicy Orphan to keep the copies",
+		"Restore spec.projection; to serve the CRD as another resource, delete this PublishedResource with deletionPolicy Orphan to keep the copies, "+
+		"then create a new one (README: changing a projection)",
 		proj.Resource.Resource, proj.Kind, pr.Status.ServedResource, oldKind, pr.Status.ServedResource)
 }
 
