@@ -12,12 +12,21 @@ import (
 // +kubebuilder:printcolumn:name="Schema",type=string,JSONPath=`.status.resourceSchemaName`,description="APIResourceSchema in kcp"
 // +kubebuilder:printcolumn:name="Published",type=string,JSONPath=`.status.conditions[?(@.type=="Published")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.servedResource) || oldSelf.status.servedResource == '' || (has(self.spec.projection) && has(self.spec.projection.kind) ? self.spec.projection.kind : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.kind) ? oldSelf.spec.projection.kind : '') && (has(self.spec.projection) && has(self.spec.projection.plural) ? self.spec.projection.plural : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.plural) ? oldSelf.spec.projection.plural : '') && (has(self.spec.projection) && has(self.spec.projection.scope) ? self.spec.projection.scope : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.scope) ? oldSelf.spec.projection.scope : '') && (has(self.spec.projection) && has(self.spec.projection.version) ? self.spec.projection.version : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.version) ? oldSelf.spec.projection.version : '') && (has(self.spec.projection) && has(self.spec.projection.versions) ? self.spec.projection.versions : {}) == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.versions) ? oldSelf.spec.projection.versions : {})",messageExpression="'spec.projection (kind, plural, scope, version, versions) cannot change once published (served as ' + oldSelf.status.servedResource + '): its objects in kcp and their local copies belong to that resource. To serve the CRD as another resource, delete this PublishedResource with deletionPolicy Orphan to keep the copies, then create a new one (README: changing a projection)'",fieldPath=".spec.projection",reason=FieldValueForbidden
 
 // PublishedResource publishes one CRD of the service cluster as an API in
 // kcp: the edge sends the CRD to the broker, which projects it into an
 // APIResourceSchema and adds it to the edge's APIExport. Objects that kcp
 // users create are then synced into this cluster (unless synchronization is
 // disabled).
+//
+// Once published (status.servedResource set), the projected resource
+// (spec.projection kind, plural, scope, version, versions) cannot change:
+// the kcp objects of the served resource and their local copies belong to
+// it, and moving them would delete every copy. Short names and categories
+// can change. Only one PublishedResource may publish a given CRD: a younger
+// one naming the same CRD is refused (LocalResourceClaimed) until the elder
+// is gone.
 type PublishedResource struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -460,6 +469,14 @@ const (
 	ReasonRelatedInvalid    = "RelatedInvalid"
 	ReasonWatching          = "Watching"
 	ReasonLocalWatchFailed  = "LocalWatchFailed"
+	// ReasonProjectionChanged: the projection now yields another served
+	// resource than the one published (status.servedResource). The edge
+	// keeps syncing the published one and does not publish the change
+	// (admission refuses it where the CRD's validation rules are served).
+	ReasonProjectionChanged = "ProjectionChanged"
+	// ReasonLocalResourceClaimed: an older PublishedResource publishes the
+	// same CRD; this one is neither published nor synced until it is gone.
+	ReasonLocalResourceClaimed = "LocalResourceClaimed"
 	// ReasonReleasing: the PublishedResource is being deleted (or its
 	// synchronization disabled) and the edge waits for its local copies to
 	// go or for the broker to release the objects in kcp.

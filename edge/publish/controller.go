@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -81,28 +82,60 @@ type Reconciler struct {
 // SetupWithManager registers the controller and its indexes.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &apiextensionsv1.CustomResourceDefinition{}, crdGroupKindIndex, func(o client.Object) []string {
-		crd := o.(*apiextensionsv1.CustomResourceDefinition)
-		return []string{crd.Spec.Group + "/" + crd.Spec.Names.Kind}
-	}); err != nil {
+	if err := idx.IndexField(ctx, &apiextensionsv1.CustomResourceDefinition{}, crdGroupKindIndex, crdGroupKind); err != nil {
 		return fmt.Errorf("cannot index CRDs: %w", err)
 	}
-	if err := idx.IndexField(ctx, &ferryv1alpha1.PublishedResource{}, prGroupKindIndex, func(o client.Object) []string {
-		pr := o.(*ferryv1alpha1.PublishedResource)
-		return []string{pr.Spec.Resource.APIGroup + "/" + pr.Spec.Resource.Kind}
-	}); err != nil {
+	if err := idx.IndexField(ctx, &ferryv1alpha1.PublishedResource{}, prGroupKindIndex, prGroupKind); err != nil {
 		return fmt.Errorf("cannot index PublishedResources: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("publish").
 		// Own status writes change no generation and trigger nothing.
 		For(&ferryv1alpha1.PublishedResource{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A PublishedResource that is gone may have been what refused
+		// another one (LocalResourceClaimed, SchemaConflict).
+		Watches(&ferryv1alpha1.PublishedResource{}, handler.EnqueueRequestsFromMapFunc(r.forOthers), builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(r.forCRD)).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueueOfRequests) error {
 			r.Store.Start(q)
 			return nil
 		})).
 		Complete(r)
+}
+
+// crdGroupKind indexes CRDs by "group/kind".
+func crdGroupKind(o client.Object) []string {
+	crd := o.(*apiextensionsv1.CustomResourceDefinition)
+	return []string{crd.Spec.Group + "/" + crd.Spec.Names.Kind}
+}
+
+// prGroupKind indexes PublishedResources by the "group/kind" of the CRD
+// they publish.
+func prGroupKind(o client.Object) []string {
+	pr := o.(*ferryv1alpha1.PublishedResource)
+	return []string{pr.Spec.Resource.APIGroup + "/" + pr.Spec.Resource.Kind}
+}
+
+// forOthers maps a PublishedResource that is gone to all others: one of
+// them may have been refused because of it.
+func (r *Reconciler) forOthers(ctx context.Context, o client.Object) []reconcile.Request {
+	var list ferryv1alpha1.PublishedResourceList
+	if err := r.Client.List(ctx, &list); err != nil {
+		r.Log.Error(err, "cannot list PublishedResources", logging.KeyPublishedResource, o.GetName())
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, pr := range list.Items {
+		if pr.Name != o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pr)})
+		}
+	}
+	return out
 }
 
 // forCRD maps a CRD to the PublishedResources that name its group and kind,
@@ -152,6 +185,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		group = placeholderGroup
 	}
 
+	// One PublishedResource per CRD: two would each list the other's
+	// copies as their own and have the broker delete them as gone.
+	elder, err := r.olderLocalClaimant(ctx, &pr)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if elder != "" {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonLocalResourceClaimed,
+			fmt.Sprintf("PublishedResource %q is older and publishes the same CRD (kind %s in group %s); only one PublishedResource may publish a CRD. "+
+				"This one is neither published nor synced, and deleting it deletes no local copy; it takes over by itself once %q is gone",
+				elder, pr.Spec.Resource.Kind, pr.Spec.Resource.APIGroup, elder), nil)
+	}
+
 	crd, err := r.findCRD(ctx, pr.Spec.Resource)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -170,6 +217,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, pe.Reason, pe.Message, nil)
 		}
 		return reconcile.Result{}, err
+	}
+	if msg := projectionChange(&pr, proj); msg != "" {
+		// Moving to another served resource would have the broker watch
+		// the new one, find none of the local copies' objects there and
+		// delete every copy, and leave the old one's objects with its
+		// finalizer. Refused: what was registered and sent stays as it
+		// is (nothing is re-registered, nothing withdrawn).
+		r.Log.Info("refusing a projection change of a published resource", logging.KeyPublishedResource, pr.Name, "reason", msg)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonProjectionChanged, msg, nil)
 	}
 	winner, err := r.olderClaimant(ctx, &pr, proj.Resource.Resource, group)
 	if err != nil {
@@ -307,11 +363,15 @@ func (r *Reconciler) finalize(ctx context.Context, pr *ferryv1alpha1.PublishedRe
 	r.Sync.RemovePublished(pr.Name) // no repairs of copies from here on
 	pol := pr.Spec.EffectiveDeletionPolicy()
 	if pol == ferryv1alpha1.DeletionPolicyDelete {
+		owner, err := r.ownsCopies(ctx, pr)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
 		crd, err := r.findCRD(ctx, pr.Spec.Resource)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if crd != nil {
+		if crd != nil && owner {
 			relatedRefs, _ := r.compileRelated(pr, crd) // an invalid entry wrote nothing
 			remaining, err := r.Sync.DeleteCopies(ctx, localResource(crd), relatedRefs)
 			if err != nil {
@@ -347,6 +407,27 @@ func (r *Reconciler) finalize(ctx context.Context, pr *ferryv1alpha1.PublishedRe
 	r.withdraw(pr.Name)
 	r.Store.Forget(pr.Name)
 	return reconcile.Result{}, nil
+}
+
+// ownsCopies tells whether the local copies of pr's CRD can be pr's: it was
+// published (a resource was served in kcp, so copies of its objects may
+// exist) and no older PublishedResource claims the CRD (the copies would be
+// that one's). Only then does deletionPolicy Delete delete copies.
+func (r *Reconciler) ownsCopies(ctx context.Context, pr *ferryv1alpha1.PublishedResource) (bool, error) {
+	if servedResource(pr.Status.ServedResource) == nil {
+		r.Log.Info("PublishedResource deleted before it was published: no local copy is its own, none is deleted", logging.KeyPublishedResource, pr.Name)
+		return false, nil
+	}
+	elder, err := r.olderLocalClaimant(ctx, pr)
+	if err != nil {
+		return false, err
+	}
+	if elder != "" {
+		r.Log.Info("PublishedResource deleted while an older one publishes its CRD: the local copies are that one's, none is deleted",
+			logging.KeyPublishedResource, pr.Name, "elder", elder)
+		return false, nil
+	}
+	return true, nil
 }
 
 // withdraw stops publishing (and syncing) a PublishedResource.
@@ -426,6 +507,56 @@ func (r *Reconciler) findCRD(ctx context.Context, src ferryv1alpha1.SourceResour
 		return nil, nil
 	}
 	return &list.Items[0], nil
+}
+
+// projectionChange tells (as a message for the Published condition) how
+// proj moves a published PublishedResource to another resource in kcp: its
+// plural or kind differ from status.servedResource and status.projectedKind.
+// "" when pr was never published or proj serves the same resource. The API
+// group (the APIExport's name) is not compared, nor the version: another
+// version of the same resource lists the same objects.
+func projectionChange(pr *ferryv1alpha1.PublishedResource, proj *projection.Result) string {
+	old := servedResource(pr.Status.ServedResource)
+	if old == nil {
+		return ""
+	}
+	oldKind := pr.Status.ProjectedKind
+	if old.GetResource() == proj.Resource.Resource && (oldKind == "" || oldKind == proj.Kind) {
+		return ""
+	}
+	if oldKind == "" {
+		oldKind = "?"
+	}
+	return fmt.Sprintf("the projection changed to resource %q (kind %s), but this PublishedResource is published as %s (kind %s); "+
+		"a published resource cannot move: its objects in kcp and their local copies belong to it. It is still synced as %s. "+
+		"Restore spec.projection; to serve the CRD as another resource, delete this PublishedResource with deletionPolicy Orphan to keep the copies, "+
+		"then create a new one (README: changing a projection)",
+		proj.Resource.Resource, proj.Kind, pr.Status.ServedResource, oldKind, pr.Status.ServedResource)
+}
+
+// olderLocalClaimant returns the name of an older PublishedResource that
+// publishes the same CRD as pr (same group and kind), or "". One being
+// deleted counts until it is gone: with deletionPolicy Delete it deletes
+// the copies, which must then not be another's.
+func (r *Reconciler) olderLocalClaimant(ctx context.Context, pr *ferryv1alpha1.PublishedResource) (string, error) {
+	var list ferryv1alpha1.PublishedResourceList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{prGroupKindIndex: prGroupKind(pr)[0]}); err != nil {
+		return "", fmt.Errorf("cannot list PublishedResources of %s: %w", prGroupKind(pr)[0], err)
+	}
+	var elder *ferryv1alpha1.PublishedResource
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.Name == pr.Name || !olderThan(other, pr) {
+			continue
+		}
+		if elder == nil || olderThan(other, elder) {
+			elder = other
+		}
+	}
+	if elder == nil {
+		return "", nil
+	}
+	return elder.Name, nil
 }
 
 // olderClaimant returns the name of an older PublishedResource projecting

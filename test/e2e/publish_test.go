@@ -120,9 +120,11 @@ func TestPublishVersionsAndScope(t *testing.T) {
 		t.Errorf("published versions %v, want exactly v1beta1,v1", got)
 	}
 
-	// The same CRD as a cluster-scoped resource under another name.
+	// A CRD as a cluster-scoped resource under another name (another CRD:
+	// one CRD is published by one PublishedResource at most).
+	apply(t, testCRD(group, "Gear", "gears", apiextensionsv1.NamespaceScoped, "v1"))
 	e.publish(t, "cluster-scoped", ferryv1alpha1.PublishedResourceSpec{
-		Resource:   ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Thing", Version: "v1"},
+		Resource:   ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Gear", Version: "v1"},
 		Projection: &ferryv1alpha1.ResourceProjection{Kind: "GlobalThing", Scope: ferryv1alpha1.ClusterScoped},
 	})
 	e.waitCondition(t, "cluster-scoped", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
@@ -268,16 +270,21 @@ func TestPublishBadInputGetsConditions(t *testing.T) {
 	apply(t, testCRD(group, "Late", "lates", apiextensionsv1.NamespaceScoped, "v1"))
 	e.waitCondition(t, "late-crd", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
 
+	// Each bad PublishedResource names a CRD of its own: a second one on a
+	// CRD is refused as LocalResourceClaimed (checked below).
 	apply(t, testCRD(group, "Odd", "odds", apiextensionsv1.NamespaceScoped, "v1"))
+	apply(t, testCRD(group, "Lost", "losts", apiextensionsv1.NamespaceScoped, "v1"))
+	apply(t, testCRD(group, "Warped", "warpeds", apiextensionsv1.NamespaceScoped, "v1"))
+	apply(t, testCRD(group, "Even", "evens", apiextensionsv1.NamespaceScoped, "v1"))
 	e.publish(t, "missing-version", ferryv1alpha1.PublishedResourceSpec{
-		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Odd", Version: "v7"},
+		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Lost", Version: "v7"},
 	})
 	pr = e.waitCondition(t, "missing-version", metav1.ConditionFalse, ferryv1alpha1.ReasonVersionNotFound)
 	if msg := pr.Status.Conditions[0].Message; !strings.Contains(msg, "v7") {
 		t.Errorf("VersionNotFound message should name the version: %q", msg)
 	}
 	e.publish(t, "bad-projection", ferryv1alpha1.PublishedResourceSpec{
-		Resource:   ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Odd", Version: "v1"},
+		Resource:   ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Warped", Version: "v1"},
 		Projection: &ferryv1alpha1.ResourceProjection{Versions: map[string]string{"v9": "v2"}},
 	})
 	pr = e.waitCondition(t, "bad-projection", metav1.ConditionFalse, ferryv1alpha1.ReasonProjectionInvalid)
@@ -293,11 +300,22 @@ func TestPublishBadInputGetsConditions(t *testing.T) {
 	e.waitCondition(t, "first-odd", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
 	time.Sleep(1100 * time.Millisecond) // creation timestamps have one-second resolution
 	e.publish(t, "second-odd", ferryv1alpha1.PublishedResourceSpec{
-		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Odd", Version: "v1"},
+		Resource:   ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Even", Version: "v1"},
+		Projection: &ferryv1alpha1.ResourceProjection{Kind: "Odd"},
 	})
 	pr = e.waitCondition(t, "second-odd", metav1.ConditionFalse, ferryv1alpha1.ReasonSchemaConflict)
 	if msg := pr.Status.Conditions[0].Message; !strings.Contains(msg, "first-odd") {
 		t.Errorf("SchemaConflict message should name the other PublishedResource: %q", msg)
+	}
+	// A second PublishedResource on the same CRD (even under another name)
+	// would take the first one's copies for its own: refused.
+	e.publish(t, "odd-again", ferryv1alpha1.PublishedResourceSpec{
+		Resource:   ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Odd", Version: "v1"},
+		Projection: &ferryv1alpha1.ResourceProjection{Kind: "Oddity"},
+	})
+	pr = e.waitCondition(t, "odd-again", metav1.ConditionFalse, ferryv1alpha1.ReasonLocalResourceClaimed)
+	if msg := pr.Status.Conditions[0].Message; !strings.Contains(msg, "first-odd") {
+		t.Errorf("LocalResourceClaimed message should name the elder: %q", msg)
 	}
 	e.waitCondition(t, "first-odd", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
 
@@ -317,6 +335,16 @@ func TestPublishBadInputGetsConditions(t *testing.T) {
 	}
 	if _, err := prs.Update(ctx, u, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.resource is immutable") {
 		t.Errorf("changing spec.resource: want a rejection saying it is immutable, got %v", err)
+	}
+	// Once published, the projected resource cannot change either.
+	if u, err = prs.Get(ctx, "first-odd", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, "oddballs", "spec", "projection", "plural"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prs.Update(ctx, u, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "cannot change once published") {
+		t.Errorf("changing the projection of a published resource: want a rejection, got %v", err)
 	}
 	both, err := framework.ToUnstructured(&ferryv1alpha1.PublishedResource{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "ferry.dev/v1alpha1", Kind: "PublishedResource"},

@@ -329,8 +329,9 @@ func TestInvalidRelatedGetsCondition(t *testing.T) {
 	if msg := pr.Status.Conditions[0].Message; !strings.Contains(msg, "spec.related[creds]: reference.name.regex.pattern") {
 		t.Errorf("condition message %q does not name the field", msg)
 	}
+	apply(t, testCRD("badrel.example.com", "Widget", "widgets", "Namespaced", "v1")) // one PublishedResource per CRD
 	p.publish(t, "unknown-related-kind", ferryv1alpha1.PublishedResourceSpec{
-		Resource:   ferryv1alpha1.SourceResource{APIGroup: "badrel.example.com", Kind: "Gadget", Version: "v1"},
+		Resource:   ferryv1alpha1.SourceResource{APIGroup: "badrel.example.com", Kind: "Widget", Version: "v1"},
 		Projection: &ferryv1alpha1.ResourceProjection{Kind: "Gizmo"},
 		Related: []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Sekret",
