@@ -29,7 +29,9 @@ const testExport = "export.example"
 type fakeSync struct {
 	set     []string // name=remote resource, per SetPublished
 	removed []string
-	deleted []schema.GroupVersionResource
+	// withdrawn: WithdrawPublished (invalid for now; deletions go on)
+	withdrawn []string
+	deleted   []schema.GroupVersionResource
 }
 
 func (f *fakeSync) SetPublished(p *replica.Published) {
@@ -37,6 +39,8 @@ func (f *fakeSync) SetPublished(p *replica.Published) {
 }
 
 func (f *fakeSync) RemovePublished(name string) { f.removed = append(f.removed, name) }
+
+func (f *fakeSync) WithdrawPublished(name string) { f.withdrawn = append(f.withdrawn, name) }
 
 func (f *fakeSync) DeleteCopies(_ context.Context, local schema.GroupVersionResource, _ []replica.Related) (int, error) {
 	f.deleted = append(f.deleted, local)
@@ -199,7 +203,7 @@ func TestProjectionChangeOfAPublishedResourceIsRefused(t *testing.T) {
 					t.Fatalf("not published: %+v", pr.Status)
 				}
 			}
-			h.sync.set, h.sync.removed = nil, nil
+			h.sync.set, h.sync.removed, h.sync.withdrawn = nil, nil, nil
 
 			pr := h.get("widgets")
 			pr.Spec.Projection = tc.to
@@ -228,8 +232,8 @@ func TestProjectionChangeOfAPublishedResourceIsRefused(t *testing.T) {
 					t.Errorf("message %q does not name %q", cond.Message, want)
 				}
 			}
-			if len(h.sync.set) != 0 || len(h.sync.removed) != 0 {
-				t.Errorf("registration changed: set %v, removed %v; want it kept as it was", h.sync.set, h.sync.removed)
+			if len(h.sync.set) != 0 || len(h.sync.removed) != 0 || len(h.sync.withdrawn) != 0 {
+				t.Errorf("registration changed: set %v, removed %v, withdrawn %v; want it kept as it was", h.sync.set, h.sync.removed, h.sync.withdrawn)
 			}
 			if got := h.publishes(); len(got) != 0 {
 				t.Errorf("sent a Publish of the new projection for %v", got)
