@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
 
@@ -61,6 +62,9 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 	case *ferryv1.ConnectRequest_ResendRequest:
 		if m.ResendRequest.GetKey() == nil {
 			return status.Error(codes.InvalidArgument, "ResendRequest needs key")
+		}
+		if rt := m.ResendRequest.GetRelatedTo(); rt != nil && (rt.GetIdentifier() == "" || !proto.Equal(rt.GetPrimary(), m.ResendRequest.GetKey())) {
+			return status.Error(codes.InvalidArgument, "ResendRequest.related_to needs an identifier and key as its primary")
 		}
 		e.reports.add(reportTask{id: m.ResendRequest.GetReportId(), epoch: m.ResendRequest.GetReportEpoch(), attachment: e.attachment(), key: m.ResendRequest.GetKey(), resend: m.ResendRequest})
 		return nil

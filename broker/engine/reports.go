@@ -144,6 +144,7 @@ type reportWriter interface {
 	RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError, related bool) error
 	Release(ctx context.Context, pr string, key *ferryv1.ObjectKey) error
 	Resend(pr string, key *ferryv1.ObjectKey)
+	ResendRelated(pr string, rt *ferryv1.RelatedTo)
 	WriteRelated(ctx context.Context, pr string, r *ferryv1.RelatedObjectReport) error
 }
 
@@ -199,6 +200,8 @@ func reportKey(t reportTask) string {
 	switch {
 	case t.deletion:
 		return "delete|" + k
+	case t.resend != nil && t.resend.GetRelatedTo() != nil:
+		return "resend|" + k + "|" + t.resend.GetRelatedTo().GetIdentifier()
 	case t.resend != nil:
 		return "resend|" + k
 	case t.related != nil:
@@ -276,7 +279,11 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	case t.resend != nil:
 		w.log.Info("edge asked for an object's desired state again", logging.KeyObject, replicate.KeyString(t.key),
 			"localCopy", t.resend.GetReason())
-		w.mgr.Resend(t.pr, t.key)
+		if rt := t.resend.GetRelatedTo(); rt != nil {
+			w.mgr.ResendRelated(t.pr, rt)
+		} else {
+			w.mgr.Resend(t.pr, t.key)
+		}
 	case t.related != nil:
 		switch e := t.related.GetError(); {
 		case e == nil, e.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN,

@@ -100,6 +100,8 @@ func (f *fakeWriter) Release(context.Context, string, *ferryv1.ObjectKey) error 
 
 func (f *fakeWriter) Resend(string, *ferryv1.ObjectKey) {}
 
+func (f *fakeWriter) ResendRelated(string, *ferryv1.RelatedTo) {}
+
 func (f *fakeWriter) WriteRelated(context.Context, string, *ferryv1.RelatedObjectReport) error {
 	return nil
 }
