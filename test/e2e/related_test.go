@@ -268,6 +268,11 @@ func TestRelatedObjectsFromKCP(t *testing.T) {
 		}
 		return string(s.Data["password"]) == "hunter2" && s.Labels["kind"] == "db", fmt.Sprintf("data %q labels %v", s.Data, s.Labels)
 	})
+	// A copy deleted in the service cluster by someone else comes back.
+	if err := svc.CoreV1().Secrets(local.GetNamespace()).Delete(ctx, "creds", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSecretData(t, svc, local.GetNamespace(), "creds", "password", "hunter2")
 	// The ConfigMap does not exist yet: the kcp user is told what is missing.
 	waitEvent(t, consumer, "default", "nightly", "RelatedMissing", fmt.Sprintf(`related "settings": waiting for ConfigMap %s/settings`, staticNS))
 	if _, err := consumer.CoreV1().ConfigMaps(staticNS).Create(ctx, &corev1.ConfigMap{
