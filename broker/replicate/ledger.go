@@ -329,15 +329,19 @@ func (l *ledger) rejectedOf(pr string) []objectID {
 // that; an object it does not list holds nothing.
 func (l *ledger) inventoried(pr string, entries map[objectID]string) {
 	l.forEach(pr, func(id objectID, r *record) {
-		if _, listed := entries[id]; !listed {
-			r.applied = ""
+		h, listed := entries[id]
+		if !listed {
+			h = ""
+		}
+		r.applied = h
+		if r.sent != h && r.sent != sentDelete {
+			// The edge does not hold what was sent last (its copy is gone,
+			// or was applied under PublishedResource settings that changed
+			// since): that state is sent again. One still in flight is only
+			// replaced by itself in the outbox.
+			r.sent = ""
 		}
 	})
-	for id, h := range entries {
-		if r := l.get(id); r != nil {
-			r.applied = h
-		}
-	}
 }
 
 // copyListed records a copy the edge's inventory lists.

@@ -52,8 +52,12 @@ func TestLedgerTransitions(t *testing.T) {
 			wantUpsert: true, wantDelete: true, wantOlderForB: 1},
 		{name: "recreated (4c): the new UID holds nothing, the old copy blocks it",
 			steps: []step{upsert(idA, keyA, "h1"), ack(idA, keyA, "h1")}, wantApplied: "h1", wantDelete: true, wantOlderForB: 1},
+		// The inventory is what the edge holds: a copy it does not list (gone,
+		// or applied under other settings) gets the sent state again.
 		{name: "inventory without the object", steps: []step{upsert(idA, keyA, "h1"), ack(idA, keyA, "h1"),
-			func(l *ledger) { l.inventoried("pr", map[objectID]string{}) }}, wantUpsert: false, wantDelete: true, wantOlderForB: 1},
+			func(l *ledger) { l.inventoried("pr", map[objectID]string{}) }}, wantUpsert: true, wantDelete: true, wantOlderForB: 1},
+		{name: "inventory lists it under other settings", steps: []step{upsert(idA, keyA, "h1"), ack(idA, keyA, "h1"),
+			func(l *ledger) { l.inventoried("pr", map[objectID]string{idA: ""}) }}, wantUpsert: true, wantDelete: true, wantOlderForB: 1},
 		{name: "inventory lists it applied", steps: []step{func(l *ledger) { l.copyListed(idA, keyA) },
 			func(l *ledger) { l.inventoried("pr", map[objectID]string{idA: "h1"}) }}, wantApplied: "h1", wantUpsert: false, wantDelete: true, wantOlderForB: 1},
 		{name: "forgotten (released)", steps: []step{upsert(idA, keyA, "h1"), func(l *ledger) { l.forget("pr") }},
