@@ -101,7 +101,7 @@ func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.Objec
 	if obj == nil {
 		return false, fmt.Errorf("%w: %s is gone from kcp", ErrGone, KeyString(key))
 	}
-	if !m.holds(res, obj) {
+	if !m.holds(pr, res, obj) {
 		m.refused.Add(1)
 		return false, fmt.Errorf("%w: %s is not synced for this edge (no finalizer, or outside the PublishedResource's filters)", ErrRefused, KeyString(key))
 	}
