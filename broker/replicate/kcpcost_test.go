@@ -2,7 +2,9 @@ package replicate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -185,7 +187,7 @@ func TestIntentGoesBeforeTheFinalizer(t *testing.T) {
 			if err := m.Release(context.Background(), "pr", next.GetKey()); err != nil {
 				t.Fatalf("confirmation refused: %v", err)
 			}
-			if got := reqs.take(); got["patch"] != 0 {
+			if got := reqs.take(); got["patch"] != 0 || got["get"] != 0 {
 				t.Fatalf("kcp requests for a release with no finalizer: %v", got)
 			}
 			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
@@ -277,5 +279,103 @@ func TestDeleteIntentsDoNotWaitForFinalizerWrites(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// TestKCPRequestsPerObject: what each step of an object's life costs kcp,
+// by verb. Only necessary writes remain: the finalizer on create, one
+// status patch when the status differs, the finalizer's release on
+// delete. Nothing is read live: decisions use the cache, and writes carry
+// preconditions (resourceVersion and UID) where safety needs them. Before,
+// a report about an object no longer in the cache read it from kcp first.
+func TestKCPRequestsPerObject(t *testing.T) {
+	spec := map[string]any{"size": int64(1)}
+	status := []byte(`{"ready":true}`)
+	for _, tc := range []struct {
+		name string
+		// cached is the object in the broker's cache and in kcp (nil:
+		// none).
+		cached *unstructured.Unstructured
+		step   func(t *testing.T, m *Manager, intents *Intents) error
+		want   map[string]int
+	}{
+		{name: "create", cached: withoutFinalizer(thing("1", spec, nil)),
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+				drain(t, m)
+				drainFinalizers(t, m)
+				if in := intents.Next(); in.GetUpsert() == nil {
+					return fmt.Errorf("no upsert: %v", in)
+				}
+				return nil
+			},
+			want: map[string]int{"patch": 1}},
+		{name: "finalizer landed (our own write's event)", cached: thing("2", spec, nil),
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+				drain(t, m)
+				drainFinalizers(t, m)
+				return nil
+			},
+			want: map[string]int{}},
+		{name: "status changed", cached: thing("2", spec, nil),
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				_, err := m.WriteStatus(context.Background(), "pr", thingKey(), status)
+				return err
+			},
+			want: map[string]int{"patch/status": 1}},
+		{name: "status unchanged", cached: thing("3", spec, map[string]any{"ready": true}),
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				_, err := m.WriteStatus(context.Background(), "pr", thingKey(), status)
+				return err
+			},
+			want: map[string]int{}},
+		{name: "deleted in kcp: delete intent", cached: deleting(thing("4", spec, nil)),
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+				drain(t, m)
+				drainFinalizers(t, m)
+				if in := intents.Next(); in.GetDelete() == nil {
+					return fmt.Errorf("no delete: %v", in)
+				}
+				return nil
+			},
+			want: map[string]int{}},
+		{name: "deletion confirmed: release", cached: deleting(thing("4", spec, nil)),
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				return m.Release(context.Background(), "pr", thingKey())
+			},
+			want: map[string]int{"patch": 1}},
+		{name: "deletion confirmed after the object left kcp",
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				return m.Release(context.Background(), "pr", thingKey())
+			},
+			want: map[string]int{}},
+		{name: "status report after the object left kcp",
+			step: func(t *testing.T, m *Manager, intents *Intents) error {
+				if _, err := m.WriteStatus(context.Background(), "pr", thingKey(), status); !errors.Is(err, ErrGone) {
+					return fmt.Errorf("want gone, got %v", err)
+				}
+				return nil
+			},
+			want: map[string]int{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cached []*unstructured.Unstructured
+			if tc.cached != nil {
+				cached = append(cached, tc.cached)
+			}
+			m, intents := testManager(t, cached...)
+			res := m.desired["pr"]
+			res.HasStatus = true
+			m.desired["pr"], m.running["pr"].res = res, res
+			_, reqs := countingKCP(m, cached...)
+			if err := tc.step(t, m, intents); err != nil {
+				t.Fatal(err)
+			}
+			if got := reqs.take(); !maps.Equal(got, tc.want) {
+				t.Fatalf("kcp requests %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
