@@ -100,6 +100,12 @@ func (l *ledger) applied(id objectID) string {
 	return ""
 }
 
+// mayHold tells whether the edge may hold a copy of exactly id.
+func (l *ledger) mayHold(id objectID) bool {
+	r := l.get(id)
+	return r != nil && r.copy
+}
+
 // upsertQueued records that an upsert of hash is queued for id (the edge
 // may hold a copy from now on) and tells whether it was not already.
 func (l *ledger) upsertQueued(id objectID, key *ferryv1.ObjectKey, hash string) bool {

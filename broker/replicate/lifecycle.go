@@ -144,22 +144,42 @@ func (m *Manager) scopeOf(res Resource, obj *unstructured.Unstructured) scope {
 	return inScope
 }
 
-// holds tells whether the broker syncs obj for this edge: it carries the
-// edge's finalizer and has not left the filters. Reports about any other
-// object are refused: the edge cannot write into objects it was not sent.
-func (m *Manager) holds(res Resource, obj *unstructured.Unstructured) bool {
-	return slices.Contains(obj.GetFinalizers(), m.finalizer) && m.scopeOf(res, obj) != outOfScope
-}
-
-// wantsDelete tells whether the broker asks the edge to delete obj's copy:
-// it is being deleted in kcp or has left the filters, and still carries the
-// finalizer. This is also the only state in which a deletion confirmation
-// is accepted.
-func (m *Manager) wantsDelete(res Resource, obj *unstructured.Unstructured) bool {
-	if !slices.Contains(obj.GetFinalizers(), m.finalizer) {
+// holds tells whether the broker syncs obj (of pr) for this edge: it has
+// not left the filters, and it carries the edge's finalizer or the ledger
+// records that the edge may hold its copy (sent before the finalizer
+// landed). Reports about any other object are refused: the edge cannot
+// write into objects it was not sent.
+func (m *Manager) holds(pr string, res Resource, obj *unstructured.Unstructured) bool {
+	if m.scopeOf(res, obj) == outOfScope {
 		return false
 	}
-	return obj.GetDeletionTimestamp() != nil || m.scopeOf(res, obj) == outOfScope
+	return slices.Contains(obj.GetFinalizers(), m.finalizer) || m.mayHold(idOf(pr, objectKey(obj, res.GVR)))
+}
+
+// mayHold tells whether the ledger records that the edge may hold a copy
+// of exactly id (UID included).
+func (m *Manager) mayHold(id objectID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ledger.mayHold(id)
+}
+
+// wantsFinalizer tells whether obj is to carry the broker's finalizer: it
+// is in the filters and not being deleted.
+func (m *Manager) wantsFinalizer(res Resource, obj *unstructured.Unstructured) bool {
+	return obj.GetDeletionTimestamp() == nil && m.scopeOf(res, obj) == inScope
+}
+
+// asksDelete tells whether the broker asks the edge to delete the copy of
+// obj (identity id): it is being deleted in kcp or has left the filters,
+// and it carries the finalizer or the edge may hold its copy (sent before
+// the finalizer landed; the ledger proves it was this very object). This
+// is also the only state in which a deletion confirmation is accepted.
+func (m *Manager) asksDelete(res Resource, obj *unstructured.Unstructured, id objectID) bool {
+	if obj.GetDeletionTimestamp() == nil && m.scopeOf(res, obj) != outOfScope {
+		return false
+	}
+	return slices.Contains(obj.GetFinalizers(), m.finalizer) || m.mayHold(id)
 }
 
 // Release finishes a deletion the edge confirmed: the primary's
@@ -180,7 +200,7 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 		m.mu.Lock()
 		res := m.desired[pr]
 		m.mu.Unlock()
-		if !m.wantsDelete(res, obj) {
+		if !m.asksDelete(res, obj, idOf(pr, key)) {
 			m.refused.Add(1)
 			return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
 		}

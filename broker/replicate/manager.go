@@ -104,6 +104,11 @@ type Manager struct {
 	// hold (see Refused).
 	refused atomic.Uint64
 	queue   workqueue.TypedRateLimitingInterface[item]
+	// finalizers holds the primaries whose finalizer is to be written in
+	// kcp: written by workers of their own, off the way of intents to the
+	// edge (an upsert never waits for it, a delete never queues behind
+	// it). Bounded: one entry per object.
+	finalizers workqueue.TypedRateLimitingInterface[item]
 	// nacks spaces out retries of intents the edge could not apply.
 	nacks workqueue.TypedRateLimiter[item]
 
@@ -191,9 +196,11 @@ type watcher struct {
 // NewManager returns a manager; nothing runs before Run.
 func NewManager(o Options) *Manager {
 	return &Manager{
-		opts:        o,
-		finalizer:   config.FinalizerPrefix + o.EdgeName,
-		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](), workqueue.TypedRateLimitingQueueConfig[item]{Name: "replicate"}),
+		opts:      o,
+		finalizer: config.FinalizerPrefix + o.EdgeName,
+		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](), workqueue.TypedRateLimitingQueueConfig[item]{Name: "replicate"}),
+		finalizers: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[item](10*time.Millisecond, 10*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: "finalizers"}),
 		nacks:       workqueue.NewTypedItemExponentialFailureRateLimiter[item](time.Second, 5*time.Minute),
 		desired:     map[string]Resource{},
 		running:     map[string]*watcher{},
@@ -216,14 +223,19 @@ func NewManager(o Options) *Manager {
 	}
 }
 
-// Run processes objects with workers goroutines until ctx ends; watches
-// stop with it.
+// Run processes objects with workers goroutines, and writes finalizers
+// with as many others, until ctx ends; watches stop with it.
 func (m *Manager) Run(ctx context.Context, workers int) {
 	m.mu.Lock()
 	m.ctx = ctx
 	m.reconcileLocked()
 	m.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		watching.RunWorkers(ctx, m.finalizers, workers, func() bool { return m.processNextFinalizer(ctx) })
+	})
 	watching.RunWorkers(ctx, m.queue, workers, func() bool { return m.processNext(ctx) })
+	wg.Wait()
 }
 
 // SetVirtualWorkspace sets the APIExport's virtual workspace URL ("" while
@@ -669,8 +681,10 @@ func (m *Manager) processNext(ctx context.Context) bool {
 	return true
 }
 
-// process turns the current state of one object into the next step:
-// finalizer first, then upserts, a delete once it is being deleted.
+// process turns the current state of one object into the next step: an
+// upsert (its finalizer is written alongside, on the finalizer queue), a
+// delete once it is being deleted or out of scope. It makes no request to
+// kcp for the primary: nothing on the way to the edge waits for kcp.
 func (m *Manager) process(ctx context.Context, it item) error {
 	if it.related != "" {
 		return m.processRelated(ctx, it)
@@ -701,13 +715,20 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	key := objectKey(obj, w.res.GVR)
 	id := idOf(it.pr, key)
 	hasFinalizer := slices.Contains(obj.GetFinalizers(), m.finalizer)
-	if !open && hasFinalizer {
+	if !hasFinalizer && !withdrawn && m.wantsFinalizer(w.res, obj) {
+		// Written off the way to the edge: the upsert below does not wait
+		// for it. A copy sent before it lands is still deleted when the
+		// object goes: its delete needs no finalizer (asksDelete), and
+		// one that vanishes gets one from the ledger (gone).
+		m.finalizers.Add(it)
+	}
+	if !open {
 		// Held until the edge's inventory is complete (openLocked requeues):
 		// the edge cannot act on this resource before it watches its copies.
 		return nil
 	}
 
-	if m.wantsDelete(w.res, obj) {
+	if m.asksDelete(w.res, obj, id) {
 		// Deleted in kcp, or out of the filters: the edge deletes its copy,
 		// confirms, and the finalizer is released (Release). Also while
 		// the PublishedResource is withdrawn.
@@ -725,11 +746,6 @@ func (m *Manager) process(ctx context.Context, it item) error {
 	}
 	if withdrawn {
 		return nil // nothing new until it is published again
-	}
-	if !hasFinalizer {
-		// The next event (our own update) sends the intent: an object is
-		// never synced before the finalizer guarantees we see its deletion.
-		return m.addFinalizer(ctx, key, obj)
 	}
 	desired := objects.DesiredState(obj)
 	data, err := json.Marshal(desired.Object)
@@ -905,8 +921,47 @@ func (m *Manager) resourceClient(key *ferryv1.ObjectKey) (dynamic.ResourceInterf
 	return c.Resource(schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}).Namespace(key.GetNamespace()), nil
 }
 
-func (m *Manager) addFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj *unstructured.Unstructured) error {
-	ri, err := m.resourceClient(key)
+// processNextFinalizer writes the next queued finalizer (blocking until
+// there is one); false once the queue is shut down.
+func (m *Manager) processNextFinalizer(ctx context.Context) bool {
+	it, shutdown := m.finalizers.Get()
+	if shutdown {
+		return false
+	}
+	defer m.finalizers.Done(it)
+	if err := m.writeFinalizer(ctx, it); err != nil {
+		m.opts.Log.Error(err, "writing the finalizer failed; retrying", logging.KeyPublishedResource, it.pr, logging.KeyObject, it.key)
+		m.finalizers.AddRateLimited(it)
+		return true
+	}
+	m.finalizers.Forget(it)
+	return true
+}
+
+// writeFinalizer puts the broker's finalizer on the cached object behind
+// it unless it carries it already, is being deleted, is out of scope, or
+// its PublishedResource is withdrawn or gone. One patch, no read: it is
+// guarded by the cached object's resourceVersion and UID, so a stale cache
+// costs a conflict (retried; the newer object's event queues it again),
+// never a finalizer on an object that changed meanwhile (e.g. began its
+// deletion, or left the filters).
+func (m *Manager) writeFinalizer(ctx context.Context, it item) error {
+	m.mu.Lock()
+	w, ok := m.running[it.pr]
+	withdrawn := m.withdrawn[it.pr]
+	m.mu.Unlock()
+	if !ok || withdrawn {
+		return nil
+	}
+	raw, exists, err := w.store.GetByKey(it.key)
+	if err != nil || !exists {
+		return err
+	}
+	obj := raw.(*unstructured.Unstructured)
+	if slices.Contains(obj.GetFinalizers(), m.finalizer) || !m.wantsFinalizer(w.res, obj) {
+		return nil
+	}
+	ri, err := m.resourceClient(objectKey(obj, w.res.GVR))
 	if err != nil {
 		return err
 	}

@@ -93,8 +93,9 @@ type ObjectView struct {
 	// filters.
 	InScope bool
 	// DesiredHash is the content hash of the state the edge should apply;
-	// empty when the object is not to be applied (deleting, out of scope, no
-	// finalizer yet) or its workspace path is not known yet.
+	// empty when the object is not to be applied (deleting, out of scope)
+	// or its workspace path is not known yet. It is sent without waiting
+	// for the finalizer.
 	DesiredHash string
 	// AppliedHash is the content hash the edge is known to have applied.
 	AppliedHash string
@@ -153,7 +154,7 @@ func (m *Manager) Lookup(pr, cluster, namespace, name string) (ObjectView, bool)
 	v.ResourceVersion, v.Generation, v.DeletionTimestamp = obj.GetResourceVersion(), obj.GetGeneration(), obj.GetDeletionTimestamp()
 	v.Finalizer = slices.Contains(obj.GetFinalizers(), m.finalizer)
 	v.InScope = m.scopeOf(res, obj) == inScope
-	if v.Finalizer && v.InScope && v.DeletionTimestamp == nil {
+	if v.InScope && v.DeletionTimestamp == nil {
 		v.DesiredHash = m.desiredHash(res, obj)
 	}
 	return v, true

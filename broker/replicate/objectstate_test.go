@@ -64,7 +64,7 @@ func TestLookup(t *testing.T) {
 			want: ObjectView{Cached: true, Finalizer: true, InScope: true, AppliedHash: hashOf(t, synced), ResourceVersion: "1"}},
 		{name: "being deleted: no desired state", pr: "pr", obj: "deleting", wantOK: true,
 			want: ObjectView{Cached: true, Finalizer: true, InScope: true, ResourceVersion: "1"}},
-		{name: "no finalizer yet, refused before", pr: "pr", obj: "fresh", wantOK: true,
+		{name: "no finalizer yet (sent without waiting for it), refused before", pr: "pr", obj: "fresh", wantOK: true, hasHash: true,
 			want: ObjectView{Cached: true, InScope: true, Held: true, ResourceVersion: "1"}},
 		{name: "out of the filters", pr: "pr", obj: "blue", wantOK: true,
 			want: ObjectView{Cached: true, Finalizer: true, ResourceVersion: "1"}},
@@ -88,7 +88,7 @@ func TestLookup(t *testing.T) {
 			if (v.DesiredHash != "") != tc.hasHash {
 				t.Errorf("desired hash %q, want one: %v", v.DesiredHash, tc.hasHash)
 			}
-			if tc.hasHash && v.DesiredHash != hashOf(t, synced) {
+			if tc.hasHash && v.DesiredHash != hashOf(t, map[string]*unstructured.Unstructured{"synced": synced, "fresh": unfinalized}[tc.obj]) {
 				t.Errorf("desired hash %q is not the hash process sends", v.DesiredHash)
 			}
 			got := ObjectView{Cached: v.Cached, Finalizer: v.Finalizer, InScope: v.InScope, Held: v.Held, AppliedHash: v.AppliedHash,

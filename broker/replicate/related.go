@@ -296,7 +296,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	if string(primary.GetUID()) != pk.GetUid() || primary.GetDeletionTimestamp() != nil {
 		return nil // another object now, or being deleted (copies go with it)
 	}
-	if !m.holds(res, primary) {
+	if !m.holds(pr, res, primary) {
 		m.refused.Add(1)
 		return fmt.Errorf("%w: %s is not synced for this edge (no finalizer, or outside the PublishedResource's filters)", ErrRefused, KeyString(pk))
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,31 +15,16 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 )
 
-// current returns the kcp object behind key: from the cache, or, when the
-// cache misses, from kcp (nil when gone or replaced by another object of
-// the same name). The cache can lag: after a broker restart the edge
-// re-sends its reports while the watches are still catching up, and a miss
-// must not be taken for a deletion.
-func (m *Manager) current(ctx context.Context, pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
-	obj, err := m.cached(pr, key)
-	if err != nil || obj != nil {
-		return obj, err
-	}
-	ri, err := m.resourceClient(key)
-	if err != nil {
-		return nil, err
-	}
-	live, err := ri.Get(ctx, key.GetName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("cannot read %s: %w", KeyString(key), err)
-	case string(live.GetUID()) != key.GetUid():
-		return nil, nil
-	}
-	live.SetManagedFields(nil)
-	return live, nil
+// current returns the kcp object behind key from the cache, nil when it
+// is gone or was replaced by another object of the same name. kcp is not
+// asked: once the watch has listed (before, errNotListed: retried), the
+// cache holds every object the edge can know of — the edge learns objects
+// only from intents made from a cache, and a list after a (broker) restart
+// holds every object created before it; a cache lags only towards the
+// past, so an object it does not hold (by UID) is gone for good. A read per
+// report is what it saves kcp.
+func (m *Manager) current(_ context.Context, pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
+	return m.cached(pr, key)
 }
 
 // cached returns pr's cached kcp object behind key (nil when not cached or
@@ -101,7 +85,7 @@ func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.Objec
 	if obj == nil {
 		return false, fmt.Errorf("%w: %s is gone from kcp", ErrGone, KeyString(key))
 	}
-	if !m.holds(res, obj) {
+	if !m.holds(pr, res, obj) {
 		m.refused.Add(1)
 		return false, fmt.Errorf("%w: %s is not synced for this edge (no finalizer, or outside the PublishedResource's filters)", ErrRefused, KeyString(key))
 	}
