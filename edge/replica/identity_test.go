@@ -336,6 +336,24 @@ func TestLegacyCopies(t *testing.T) {
 			}
 		}
 	})
+	t.Run("where the new object's copy goes, with another UID, it is a CONFLICT", func(t *testing.T) {
+		_, remote := remoteThing()
+		legacy := atTarget(t, remote, func(u *unstructured.Unstructured) {
+			u.SetLabels(naming.Labels("nora", remote))
+			ann := naming.Annotations(remote)
+			ann[naming.AnnotationUID] = "u-earlier"
+			u.SetAnnotations(ann)
+		})
+		e, w, sink := testEngine(t, true, legacy)
+		w.legacy = newLegacyStore(t, legacy)
+		acceptApplies(e)
+		e.Handle(upsertOf(key, 2, "h1", thingA))
+		runQueue(t, e)
+		res := sink.msgs[0].GetIntentResult()
+		if res.GetError().GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT || len(patches(t, e)) != 0 {
+			t.Fatalf("answer %v: want a CONFLICT and no write", res)
+		}
+	})
 	t.Run("a delete leaves it", func(t *testing.T) {
 		legacy := legacyOf("u-a")
 		e, w, sink := testEngine(t, true, legacy)

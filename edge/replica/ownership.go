@@ -60,6 +60,11 @@ func (e *Engine) claim(ctx context.Context, pub *Published, ns, name string, rem
 			"ferry does not overwrite another resource's copy (change spec.naming of PublishedResource %s)",
 			pub.LocalKind, nsName(ns, name), naming.LabelRemoteResource, other, pub.Name), nil
 	}
+	if _, labelled := got.GetLabels()[naming.LabelRemoteResource]; !labelled && isCopyOf(got, remote) {
+		return fmt.Sprintf("%s %s in the service cluster was made by an earlier version of ferry for an object of this name with "+
+			"another kcp UID (%s), and does not record its kcp resource; ferry does not overwrite it (remove it there if it "+
+			"is no longer wanted)", pub.LocalKind, nsName(ns, name), got.GetAnnotations()[naming.AnnotationUID]), nil
+	}
 	if r, ok := naming.RemoteFrom(got.GetLabels(), got.GetAnnotations()); ok {
 		return fmt.Sprintf("%s %s in the service cluster is the copy of %s %s in workspace %s; spec.naming of PublishedResource %s "+
 			"maps both objects onto one local name, and ferry does not overwrite another object's copy",
