@@ -58,9 +58,10 @@ type SyncRegistry interface {
 	// WithdrawPublished stops applying a resource's objects while its
 	// PublishedResource is invalid; deletions of existing copies go on.
 	WithdrawPublished(name string)
-	// DeleteCopies deletes the local copies of a withdrawn resource and
-	// tells how many still exist (it may block on the API server).
-	DeleteCopies(ctx context.Context, local schema.GroupVersionResource, related []replica.Related) (remaining int, err error)
+	// DeleteCopies deletes the local copies of the objects of a withdrawn
+	// resource's kcp resource (remote) and tells how many still exist (it
+	// may block on the API server).
+	DeleteCopies(ctx context.Context, remote schema.GroupResource, local schema.GroupVersionResource, related []replica.Related) (remaining int, err error)
 }
 
 // Reconciler publishes PublishedResources through the Store.
@@ -282,8 +283,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// The broker releases the objects in kcp when it takes this
 		// Publish; the local copies follow spec.deletionPolicy.
 		r.Sync.RemovePublished(pr.Name)
-		if pr.Spec.EffectiveDeletionPolicy() == ferryv1alpha1.DeletionPolicyDelete {
-			remaining, err := r.Sync.DeleteCopies(ctx, localResource(crd), relatedRefs)
+		if served := servedResource(pr.Status.ServedResource); served != nil && pr.Spec.EffectiveDeletionPolicy() == ferryv1alpha1.DeletionPolicyDelete {
+			// Never served: no copy of its kcp resource can exist.
+			remaining, err := r.Sync.DeleteCopies(ctx, schema.GroupResource{Group: served.GetGroup(), Resource: served.GetResource()}, localResource(crd), relatedRefs)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
@@ -372,8 +374,9 @@ func (r *Reconciler) finalize(ctx context.Context, pr *ferryv1alpha1.PublishedRe
 			return reconcile.Result{}, err
 		}
 		if crd != nil && owner {
-			relatedRefs, _ := r.compileRelated(pr, crd) // an invalid entry wrote nothing
-			remaining, err := r.Sync.DeleteCopies(ctx, localResource(crd), relatedRefs)
+			relatedRefs, _ := r.compileRelated(pr, crd)        // an invalid entry wrote nothing
+			served := servedResource(pr.Status.ServedResource) // not nil: ownsCopies
+			remaining, err := r.Sync.DeleteCopies(ctx, schema.GroupResource{Group: served.GetGroup(), Resource: served.GetResource()}, localResource(crd), relatedRefs)
 			if err != nil {
 				return reconcile.Result{}, err
 			}

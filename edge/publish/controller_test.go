@@ -42,7 +42,7 @@ func (f *fakeSync) RemovePublished(name string) { f.removed = append(f.removed, 
 
 func (f *fakeSync) WithdrawPublished(name string) { f.withdrawn = append(f.withdrawn, name) }
 
-func (f *fakeSync) DeleteCopies(_ context.Context, local schema.GroupVersionResource, _ []replica.Related) (int, error) {
+func (f *fakeSync) DeleteCopies(_ context.Context, _ schema.GroupResource, local schema.GroupVersionResource, _ []replica.Related) (int, error) {
 	f.deleted = append(f.deleted, local)
 	return 0, nil
 }

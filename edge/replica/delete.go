@@ -33,7 +33,7 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 			case apierrors.IsNotFound(err):
 			case err != nil:
 				return nack(in, classify(err), true, "cannot read %s %s: %v", w.pub.LocalKind, nsName(rec.namespace, rec.name), err)
-			default:
+			case isCopyOf(got, remoteOf(in.GetKey())) && got.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel():
 				existing = got
 			}
 		}
@@ -54,6 +54,7 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		if other != nil {
 			return e.deleteUnwatched(ctx, in, w.pub, other)
 		}
+		e.legacyLeft(w, remoteOf(in.GetKey()))
 		e.mu.Lock()
 		e.confirmLocked(in)
 		e.mu.Unlock()
@@ -103,8 +104,12 @@ func (e *Engine) copyOfAnotherAgent(ctx context.Context, pub *Published, key *fe
 		return nil, fmt.Errorf("cannot read %s %s: %w", pub.LocalKind, nsName(ns, name), err)
 	}
 	if r, ok := naming.RemoteFrom(got.GetLabels(), got.GetAnnotations()); !ok || r.ClusterName != remote.ClusterName ||
-		r.Namespace != remote.Namespace || r.Name != remote.Name || got.GetLabels()[naming.LabelAgent] == e.opts.Agent || !sameObject(got, key) {
-		return nil, nil // someone else's object, or this agent's (the watch decides)
+		r.Namespace != remote.Namespace || r.Name != remote.Name || got.GetLabels()[naming.LabelAgent] == e.opts.Agent || !sameObject(got, key) ||
+		got.GetLabels()[naming.LabelRemoteResource] != pub.resourceLabel() {
+		// Someone else's object, this agent's (the watch decides), another
+		// kcp resource's copy, or one an earlier version made (which does
+		// not record its kcp resource: never deleted, see identity.go).
+		return nil, nil
 	}
 	return got, nil
 }
@@ -170,4 +175,9 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 		return
 	}
 	e.askResendLocked(k, remoteKey(w.pub, remote), "deleted")
+}
+
+// remoteOf is the kcp object key names.
+func remoteOf(key *ferryv1.ObjectKey) naming.Remote {
+	return naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}
 }

@@ -124,8 +124,12 @@ type Engine struct {
 }
 
 type localWatch struct {
-	pub    *Published
-	store  cache.Indexer
+	pub   *Published
+	store cache.Indexer
+	// legacy holds this agent's copies made by earlier versions (no kcp
+	// resource label), adopted when their own object's upsert is applied
+	// (identity.go).
+	legacy cache.Indexer
 	cancel context.CancelFunc
 	synced bool // the informer has listed the local copies
 	// lastErr is the watch's last list/watch error, while not synced.
@@ -247,7 +251,9 @@ func (e *Engine) forRemote(gvr *ferryv1.GroupVersionResource) (*Published, *loca
 	return nil, nil
 }
 
-// watchLocked starts the informer on p's local copies (this agent's only).
+// watchLocked starts the informer on p's local copies (this agent's copies
+// of p's kcp resource only), and one on this agent's copies made by earlier
+// versions, to adopt (identity.go).
 func (e *Engine) watchLocked(p *Published) {
 	if e.ctx == nil {
 		return
@@ -255,7 +261,12 @@ func (e *Engine) watchLocked(p *Published) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	w := &localWatch{pub: p, cancel: cancel}
 	e.watches[p.Name] = w
-	lw := watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.LabelAgent+"="+e.opts.Agent)
+	legacy := cache.NewSharedIndexInformer(watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.LegacyCopySelector(e.opts.Agent)),
+		&unstructured.Unstructured{}, 0, copyIndexers())
+	_ = legacy.SetTransform(dropManagedFields)
+	w.legacy = legacy.GetIndexer()
+	go legacy.RunWithContext(ctx)
+	lw := watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.CopySelector(e.opts.Agent, p.Remote.GroupResource()))
 	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, copyIndexers())
 	_ = informer.SetTransform(dropManagedFields)
 	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
@@ -473,15 +484,24 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if in.GetDelete() != nil {
 		return e.delete(ctx, in, w, existing)
 	}
+
 	if e.withdrawn(w) {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, true,
 			"PublishedResource %s is not valid at the moment (see its Published condition); only deletions are carried out", pub.Name)
+	}
+	if existing == nil {
+		// A copy an earlier version made of exactly this object (its kcp
+		// UID) is adopted: applied where it is, with the identity labels.
+		if existing = findLegacy(w, remote); existing != nil {
+			e.opts.Log.Info("adopting a local copy made by an earlier version of ferry", logging.KeyPublishedResource, pub.Name,
+				"local", nsName(existing.GetNamespace(), existing.GetName()), logging.KeyObject, protocol.ObjectKeyString(key))
+		}
 	}
 	k := protocol.ObjectKeyString(key)
 	hash := in.GetUpsert().GetContentHash()
 	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash &&
 		existing.GetAnnotations()[naming.AnnotationUID] == key.GetUid() && existing.GetAnnotations()[naming.AnnotationShape] == pub.Shape &&
-		!e.drifted(k, existing) && !e.resendAsked(k) {
+		labelledFor(existing, pub) && !e.drifted(k, existing) && !e.resendAsked(k) {
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
 		e.record(k, in, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
@@ -526,7 +546,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	// unique names of related objects from them.
 	local.SetNamespace(ns)
 	local.SetName(name)
-	local.SetLabels(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)))
+	local.SetLabels(objects.MergeStrings(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)), pub.ownerLabels()))
 	local.SetAnnotations(objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote)))
 	var existingObj map[string]any
 	if existing != nil {
@@ -538,7 +558,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	// Identity and bookkeeping are set after mutations, which cannot change them.
 	local.SetNamespace(ns)
 	local.SetName(name)
-	local.SetLabels(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)))
+	local.SetLabels(objects.MergeStrings(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)), pub.ownerLabels()))
 	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote))
 	ann[naming.AnnotationResourceVersion] = in.GetVersion().GetResourceVersion()
 	if hash != "" {
@@ -560,8 +580,9 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 }
 
-// findLocal returns the local copy of remote, found by its labels; a copy
-// whose annotations contradict its labels (tampered) is not trusted.
+// findLocal returns the local copy of remote, found by its labels (those of
+// w's kcp resource only); a copy whose annotations contradict its labels
+// (tampered) is not trusted.
 func (e *Engine) findLocal(w *localWatch, remote naming.Remote) *unstructured.Unstructured {
 	objs, err := w.store.ByIndex(remoteIndex, remoteIndexKey(remote))
 	if err != nil {
@@ -570,7 +591,7 @@ func (e *Engine) findLocal(w *localWatch, remote naming.Remote) *unstructured.Un
 	for _, o := range objs {
 		u := o.(*unstructured.Unstructured)
 		got, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
-		if ok && got.Namespace == remote.Namespace && got.Name == remote.Name {
+		if ok && got.Namespace == remote.Namespace && got.Name == remote.Name && u.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel() {
 			return u
 		}
 	}

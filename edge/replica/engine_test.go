@@ -19,6 +19,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
@@ -69,7 +70,7 @@ func localCopy(remote naming.Remote) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "svc.example/v1", "kind": "Thing"}}
 	u.SetNamespace("local-ns")
 	u.SetName("a-copy")
-	u.SetLabels(naming.Labels("nora", remote))
+	u.SetLabels(objects.MergeStrings(naming.Labels("nora", remote), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
 	u.SetAnnotations(naming.Annotations(remote))
 	return u
 }
@@ -326,7 +327,7 @@ func TestRenamedAgentDeletesItsOldCopies(t *testing.T) {
 	old := localCopy(remote)
 	old.SetNamespace(ns)
 	old.SetName(name)
-	old.SetLabels(naming.Labels("old-name", remote))
+	old.SetLabels(objects.MergeStrings(naming.Labels("old-name", remote), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
 	e, _, sink := testEngine(t, true, old)
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})

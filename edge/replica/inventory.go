@@ -36,7 +36,7 @@ func messageLimit(sink Sink) int {
 }
 
 // sendInventoryLocked tells the broker which kcp states this agent's local
-// copies of w's resource were applied from, so it re-sends only what
+// copies of w's kcp resource were applied from, so it re-sends only what
 // differs. Sent once the local watch is synced, on every stream.
 func (e *Engine) sendInventoryLocked(w *localWatch) {
 	if e.sink == nil || !w.synced {
@@ -49,14 +49,18 @@ func (e *Engine) sendInventoryLocked(w *localWatch) {
 			continue
 		}
 		remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
-		if !ok {
+		if !ok || u.GetLabels()[naming.LabelRemoteResource] != w.pub.resourceLabel() {
+			// Only copies of w's kcp resource (the watch selects them):
+			// the broker deletes a listed copy whose object it lacks.
 			continue
 		}
 		applied := u.GetAnnotations()[naming.AnnotationContentHash]
-		if u.GetAnnotations()[naming.AnnotationShape] != w.pub.Shape {
-			// Applied under other settings of the PublishedResource: the
-			// broker re-sends it (through its window), and it is applied
-			// again under the current ones.
+		if u.GetAnnotations()[naming.AnnotationShape] != w.pub.Shape || !labelledFor(u, w.pub) {
+			// Applied under other settings of the PublishedResource, or
+			// by another PublishedResource of the same kcp resource (one
+			// deleted with Orphan): the broker re-sends it (through its
+			// window), and it is applied again under the current ones,
+			// and relabelled.
 			applied = ""
 		}
 		entries = append(entries, &ferryv1.InventoryEntry{

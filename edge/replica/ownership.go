@@ -43,7 +43,8 @@ func sameObject(u *unstructured.Unstructured, key *ferryv1.ObjectKey) bool {
 
 // claim checks the place a new copy of remote goes (ns/name, which the local
 // watch does not show a copy of remote at): it returns a refusal when
-// something that is not ferry's copy of remote is there.
+// something that is not ferry's copy of remote is there, a copy of an
+// object of another kcp resource included.
 func (e *Engine) claim(ctx context.Context, pub *Published, ns, name string, remote naming.Remote) (refusal string, err error) {
 	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -51,8 +52,18 @@ func (e *Engine) claim(ctx context.Context, pub *Published, ns, name string, rem
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("cannot read %s %s: %w", pub.LocalKind, nsName(ns, name), err)
-	case isCopyOf(got, remote):
+	case isCopyOf(got, remote) && ofResource(got, pub, remote.UID):
 		return "", nil
+	}
+	if other := got.GetLabels()[naming.LabelRemoteResource]; other != "" && other != pub.resourceLabel() {
+		return fmt.Sprintf("%s %s in the service cluster is ferry's copy of an object of another kcp resource (%s=%s); "+
+			"ferry does not overwrite another resource's copy (change spec.naming of PublishedResource %s)",
+			pub.LocalKind, nsName(ns, name), naming.LabelRemoteResource, other, pub.Name), nil
+	}
+	if _, labelled := got.GetLabels()[naming.LabelRemoteResource]; !labelled && isCopyOf(got, remote) {
+		return fmt.Sprintf("%s %s in the service cluster was made by an earlier version of ferry for an object of this name with "+
+			"another kcp UID (%s), and does not record its kcp resource; ferry does not overwrite it (remove it there if it "+
+			"is no longer wanted)", pub.LocalKind, nsName(ns, name), got.GetAnnotations()[naming.AnnotationUID]), nil
 	}
 	if r, ok := naming.RemoteFrom(got.GetLabels(), got.GetAnnotations()); ok {
 		return fmt.Sprintf("%s %s in the service cluster is the copy of %s %s in workspace %s; spec.naming of PublishedResource %s "+

@@ -1,5 +1,10 @@
 package naming
 
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
 // Labels and annotations on local copies. Labels identify the kcp object
 // (hashed where label values could be too long) so the edge finds local
 // copies with a label selector; annotations keep the full values for people
@@ -9,6 +14,17 @@ const (
 	LabelRemoteCluster = "ferry.dev/remote-cluster"
 	LabelNamespaceHash = "ferry.dev/remote-namespace-hash"
 	LabelNameHash      = "ferry.dev/remote-name-hash"
+	// LabelRemoteResource is the kcp resource a copy belongs to
+	// (ResourceLabelValue): the edge's watch, inventory and deletions of a
+	// PublishedResource select on it, so a copy of another kcp resource on
+	// the same local CRD is never listed, reported or deleted.
+	LabelRemoteResource = "ferry.dev/remote-resource"
+	// LabelPublishedResource is the PublishedResource that last applied the
+	// copy (PublishedResourceLabelValue). Informational: copies are selected
+	// by their kcp resource, so a PublishedResource recreated for the same
+	// kcp resource picks up the copies an earlier one orphaned (and
+	// relabels them as it applies them).
+	LabelPublishedResource = "ferry.dev/published-resource"
 
 	AnnotationNamespace     = "ferry.dev/remote-namespace"
 	AnnotationName          = "ferry.dev/remote-name"
@@ -80,4 +96,47 @@ func RemoteFrom(labels, annotations map[string]string) (Remote, bool) {
 		return r, false
 	}
 	return r, true
+}
+
+// labelValue is s when it is a valid label value, else its hash.
+func labelValue(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
+	}
+	return Hash(s)
+}
+
+// ResourceLabelValue is the value of LabelRemoteResource for the kcp
+// resource gr: "<resource>.<group>" ("<resource>" for the core group), or
+// its hash when that is no valid label value (over 63 characters).
+func ResourceLabelValue(gr schema.GroupResource) string {
+	return labelValue(gr.String())
+}
+
+// PublishedResourceLabelValue is the value of LabelPublishedResource for a
+// PublishedResource: its name, or the name's hash when longer than a label
+// value may be.
+func PublishedResourceLabelValue(name string) string {
+	return labelValue(name)
+}
+
+// OwnerLabels are the labels that tie a local copy to the kcp resource it
+// belongs to and to the PublishedResource applying it.
+func OwnerLabels(resource schema.GroupResource, publishedResource string) map[string]string {
+	return map[string]string{
+		LabelRemoteResource:    ResourceLabelValue(resource),
+		LabelPublishedResource: PublishedResourceLabelValue(publishedResource),
+	}
+}
+
+// CopySelector selects agent's copies of the kcp resource's objects.
+func CopySelector(agent string, resource schema.GroupResource) string {
+	return LabelAgent + "=" + agent + "," + LabelRemoteResource + "=" + ResourceLabelValue(resource)
+}
+
+// LegacyCopySelector selects agent's copies of kcp objects made by versions
+// that did not record the kcp resource (no LabelRemoteResource): primary
+// copies only (they carry LabelRemoteCluster; related copies do not).
+func LegacyCopySelector(agent string) string {
+	return LabelAgent + "=" + agent + "," + LabelRemoteCluster + ",!" + LabelRemoteResource + ",!" + LabelRelatedTo
 }

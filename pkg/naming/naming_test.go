@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 )
 
@@ -233,5 +236,36 @@ func TestSeparatesWorkspaces(t *testing.T) {
 				t.Fatalf("SeparatesWorkspaces = %v, want %v", got, tc.wantSeparating)
 			}
 		})
+	}
+}
+
+// TestOwnerLabelValues: the kcp resource and PublishedResource labels are
+// readable where label values allow it and hashed where they do not.
+func TestOwnerLabelValues(t *testing.T) {
+	long := strings.Repeat("g", 60) + ".example.com"
+	for _, tc := range []struct {
+		gr   schema.GroupResource
+		want string
+	}{
+		{gr: schema.GroupResource{Group: "kcp.example", Resource: "things"}, want: "things.kcp.example"},
+		{gr: schema.GroupResource{Resource: "configmaps"}, want: "configmaps"},
+		{gr: schema.GroupResource{Group: long, Resource: "things"}, want: Hash("things." + long)},
+	} {
+		if got := ResourceLabelValue(tc.gr); got != tc.want {
+			t.Errorf("ResourceLabelValue(%v) = %q, want %q", tc.gr, got, tc.want)
+		}
+		if errs := validation.IsValidLabelValue(ResourceLabelValue(tc.gr)); len(errs) != 0 {
+			t.Errorf("ResourceLabelValue(%v) is no label value: %v", tc.gr, errs)
+		}
+	}
+	if got := PublishedResourceLabelValue("pr"); got != "pr" {
+		t.Errorf("PublishedResourceLabelValue(pr) = %q", got)
+	}
+	if got := PublishedResourceLabelValue(strings.Repeat("p", 64)); got != Hash(strings.Repeat("p", 64)) {
+		t.Errorf("a 64-character name is not hashed: %q", got)
+	}
+	if got, want := CopySelector("nora", schema.GroupResource{Group: "kcp.example", Resource: "things"}),
+		"ferry.dev/agent=nora,ferry.dev/remote-resource=things.kcp.example"; got != want {
+		t.Errorf("CopySelector = %q, want %q", got, want)
 	}
 }
