@@ -117,6 +117,7 @@ func New(o Options) *Engine {
 	e.reports = newReportWorker(e.mgr, e.controlOn, o.Log.WithName("reports"))
 	e.reports.metrics = o.Metrics
 	e.reports.records = &e.admin.records
+	e.admin.records.known = e.mgr.Syncs
 	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr)
 	e.publisher.allowRelated = o.AllowRelated
 	if e.publisher.allowRelated == nil {

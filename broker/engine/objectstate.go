@@ -46,9 +46,19 @@ type adminState struct {
 // edge last reported about it. An entry goes when the edge confirms the
 // copy's deletion. Safe for concurrent use; the zero value is ready.
 type objectRecords struct {
-	mu   sync.Mutex
-	now  func() time.Time // time.Now when nil
-	byID map[string]*objectRecord
+	mu  sync.Mutex
+	now func() time.Time // time.Now when nil
+	// known tells whether the broker syncs key's object (nil: every key): a
+	// refused report makes a record only for those, so keys an edge makes
+	// up cannot grow the records. (Inventory entries make records: a copy
+	// of an object the broker does not hold is shown, and its record goes
+	// with the deletion the broker then asks for.)
+	known func(key *ferryv1.ObjectKey) bool
+	byID  map[string]*objectRecord
+}
+
+func (r *objectRecords) isKnown(key *ferryv1.ObjectKey) bool {
+	return r.known == nil || r.known(key)
 }
 
 // objectRecord is what the edge last reported about one object.
@@ -139,6 +149,8 @@ func (r *objectRecords) reported(key *ferryv1.ObjectKey, deletion bool, res *fer
 	defer r.mu.Unlock()
 	id := protocol.ObjectKeyString(key)
 	switch rec, ok := r.byID[id]; {
+	case res.GetError() != nil && !ok && !r.isKnown(key):
+		// Refused a report about an object it does not sync: no record.
 	case res.GetError() != nil:
 		r.recordLocked(key).lastErr = &ferryv1.ObjectError{Source: errorSourceReport, Error: res.GetError(), At: timestamppb.New(r.clock())}
 	case deletion:

@@ -218,3 +218,24 @@ func (o *Intents) Lookup(key *ferryv1.ObjectKey) (pending, inFlight *IntentEntry
 
 // Epoch is the broker epoch the outbox stamps on intent versions.
 func (o *Intents) Epoch() uint64 { return o.epoch }
+
+// Syncs tells whether key is an object the manager syncs: its resource is
+// published and its cache holds the object with key's UID.
+func (m *Manager) Syncs(key *ferryv1.ObjectKey) bool {
+	pr, ok := m.PublishedResourceFor(key)
+	if !ok {
+		return false
+	}
+	m.mu.Lock()
+	w := m.running[pr]
+	m.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	raw, exists, err := w.store.GetByKey(storeKey(key))
+	if err != nil || !exists {
+		return false
+	}
+	u, ok := raw.(*unstructured.Unstructured)
+	return ok && string(u.GetUID()) == key.GetUid()
+}
