@@ -49,8 +49,10 @@ type record struct {
 	copy bool
 	// rejected: the edge refused the last intent with a final error; it is
 	// tried again when the object's desired state or the PublishedResource
-	// changes.
-	rejected bool
+	// changes. rejectedHash is the refused state: it is not sent again on
+	// later streams (nor evented again) while it stays the desired one.
+	rejected     bool
+	rejectedHash string
 }
 
 // ledger records, per object (whole identity), what the edge holds and
@@ -112,11 +114,12 @@ func (l *ledger) upsertQueued(id objectID, key *ferryv1.ObjectKey, hash string) 
 	r := l.ensure(id, key)
 	r.key = key
 	r.copy = true
-	if r.sent == hash {
+	if r.sent == hash || r.rejected && r.rejectedHash == hash {
+		r.sent = hash
 		return false
 	}
 	r.sent = hash
-	r.rejected = false
+	r.rejected, r.rejectedHash = false, ""
 	return true
 }
 
@@ -159,13 +162,14 @@ func (l *ledger) retry(id objectID) {
 
 // rejectedFinal records a final refusal of id's intent.
 func (l *ledger) rejectedFinal(id objectID, key *ferryv1.ObjectKey) {
-	l.ensure(id, key).rejected = true
+	r := l.ensure(id, key)
+	r.rejected, r.rejectedHash = true, r.sent
 }
 
 // unreject clears a final refusal of id: it is compared and sent again.
 func (l *ledger) unreject(id objectID) {
 	if r := l.get(id); r != nil {
-		r.rejected, r.sent = false, ""
+		r.rejected, r.rejectedHash, r.sent = false, "", ""
 	}
 }
 
@@ -289,9 +293,11 @@ func (l *ledger) forEach(pr string, f func(objectID, *record)) {
 }
 
 // compareAgain forgets what was queued for pr's objects on this stream:
-// everything is compared again (a resync).
+// everything is compared again (a resync an operator asked for, e.g. after
+// fixing what made the service cluster refuse objects: refusals are tried
+// again too).
 func (l *ledger) compareAgain(pr string) {
-	l.forEach(pr, func(_ objectID, r *record) { r.sent = "" })
+	l.forEach(pr, func(_ objectID, r *record) { r.sent, r.rejected, r.rejectedHash = "", false, "" })
 }
 
 // streamAttached forgets what was queued on the previous stream.
@@ -316,7 +322,7 @@ func (l *ledger) withdrawn(pr string) {
 // longer hold, so every object is sent again (the edge skips states it
 // holds).
 func (l *ledger) republished(pr string) {
-	l.forEach(pr, func(_ objectID, r *record) { r.sent, r.applied, r.rejected = "", "", false })
+	l.forEach(pr, func(_ objectID, r *record) { r.sent, r.applied, r.rejected, r.rejectedHash = "", "", false, "" })
 }
 
 // rejectedOf returns pr's objects refused with a final error.

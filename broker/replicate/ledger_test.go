@@ -40,6 +40,13 @@ func TestLedgerTransitions(t *testing.T) {
 		{name: "final nack, then the PublishedResource changed",
 			steps:      []step{upsert(idA, keyA, "h1"), func(l *ledger) { l.rejectedFinal(idA, keyA) }, func(l *ledger) { l.unreject(idA) }},
 			wantUpsert: true, wantDelete: true, wantOlderForB: 1},
+		{name: "final nack, then a new stream: not sent (nor evented) again",
+			steps:      []step{upsert(idA, keyA, "h1"), func(l *ledger) { l.rejectedFinal(idA, keyA) }, func(l *ledger) { l.streamAttached() }},
+			wantUpsert: false, wantDelete: true, wantOlderForB: 1},
+		{name: "final nack, then an inventory without it: not sent again",
+			steps: []step{upsert(idA, keyA, "h1"), func(l *ledger) { l.rejectedFinal(idA, keyA) },
+				func(l *ledger) { l.inventoried("pr", map[objectID]string{}) }},
+			wantUpsert: false, wantDelete: true, wantOlderForB: 1},
 		{name: "resend: the copy drifted", steps: []step{upsert(idA, keyA, "h1"), ack(idA, keyA, "h1"), func(l *ledger) { l.resend(idA) }},
 			wantUpsert: true, wantDelete: true, wantOlderForB: 1},
 		{name: "deletion confirmed: nothing left", steps: []step{upsert(idA, keyA, "h1"), ack(idA, keyA, "h1"), del(idA, keyA),
@@ -118,5 +125,22 @@ func TestLedgerSlots(t *testing.T) {
 	}
 	if l.appliedCount("other") != 1 || l.appliedCount("pr") != 0 {
 		t.Error("applied counts mix PublishedResources")
+	}
+}
+
+// TestFinalRefusalHoldsUntilTheObjectChanges: a final refusal of h1 is not
+// sent again on later streams, but the object's next desired state is.
+func TestFinalRefusalHoldsUntilTheObjectChanges(t *testing.T) {
+	key := keyOf("a", "u-a")
+	id := idOf("pr", key)
+	l := newLedger()
+	l.upsertQueued(id, key, "h1")
+	l.rejectedFinal(id, key)
+	l.streamAttached()
+	if l.upsertQueued(id, key, "h1") {
+		t.Fatal("the refused state was queued again on a new stream")
+	}
+	if !l.upsertQueued(id, key, "h2") {
+		t.Fatal("the object's new state was not queued")
 	}
 }
