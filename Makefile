@@ -129,8 +129,8 @@ FUZZTIME ?= 30s
 
 .PHONY: fuzz
 fuzz: ## Fuzz the edge's intent handling and the broker's report handling (FUZZTIME each, default 30s).
-	go test -run '^$$' -fuzz '^FuzzIntent$$' -fuzztime $(FUZZTIME) ./edge/replica
-	go test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) ./broker/replicate
+	go test -run '^$$' -fuzz '^FuzzIntent$$' -fuzztime $(FUZZTIME) ./edge/replication
+	go test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) ./broker/replication
 
 BENCH_WORKSPACES ?= 10
 BENCH_OBJECTS    ?= 100

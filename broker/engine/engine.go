@@ -1,6 +1,6 @@
 // Package engine is the broker's long-lived sync engine for one APIExport.
 // It owns everything that must outlive an edge's stream: the virtual
-// workspace watches and caches (replicate.Manager), the outbox of intents,
+// workspace watches and caches (replication.Manager), the outbox of intents,
 // the writers of reports into kcp and the publishing of PublishedResources.
 //
 // A stream attaches to the engine and detaches from it. On attach,
@@ -33,7 +33,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/metrics"
 )
@@ -83,8 +83,8 @@ type Options struct {
 // Engine is one APIExport's sync engine. Create with New, then Run.
 type Engine struct {
 	opts      Options
-	intents   *replicate.Intents
-	mgr       *replicate.Manager
+	intents   *replication.Intents
+	mgr       *replication.Manager
 	reports   *reportWorker
 	publisher *publishWorker
 	bulkReady <-chan struct{}
@@ -109,8 +109,8 @@ type Engine struct {
 func New(o Options) *Engine {
 	wake, ready := link.NewWake()
 	e := &Engine{opts: o, bulkReady: ready, started: time.Now()}
-	e.intents = replicate.NewIntents(o.Epoch, o.Window, wake)
-	e.mgr = replicate.NewManager(replicate.Options{
+	e.intents = replication.NewIntents(o.Epoch, o.Window, wake)
+	e.mgr = replication.NewManager(replication.Options{
 		KCP: o.KCP, EdgeName: o.EdgeName, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
 		Metrics: o.Metrics,
 	})
@@ -237,7 +237,7 @@ func (e *Engine) NextIntent() (*ferryv1.ConnectResponse, bool) {
 	}
 	e.opts.Metrics.IntentSent(metrics.OperationLabel(in))
 	if log := e.opts.Log.V(4); log.Enabled() {
-		log.Info("sending intent", logging.KeyObject, replicate.KeyString(in.GetKey()), "operation", operationName(in),
+		log.Info("sending intent", logging.KeyObject, replication.KeyString(in.GetKey()), "operation", operationName(in),
 			"sequence", in.GetVersion().GetSequence(), "resourceVersion", in.GetVersion().GetResourceVersion())
 	}
 	return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}, true
@@ -255,7 +255,7 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectResponse, size, limit int) {
 	if rt := in.GetRelatedTo(); rt != nil {
 		primary = rt.GetPrimary()
 	}
-	e.opts.Log.Info("object not synced: larger than the edge accepts", logging.KeyObject, replicate.KeyString(in.GetKey()), "bytes", size, "limit", limit)
+	e.opts.Log.Info("object not synced: larger than the edge accepts", logging.KeyObject, replication.KeyString(in.GetKey()), "bytes", size, "limit", limit)
 	e.reports.add(reportTask{pr: in.GetPublishedResource(), key: primary, failure: &ferryv1.ApplyError{
 		Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE,
 		Message: tooLargeMessage(size, limit),

@@ -11,7 +11,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 )
 
 // Handle processes one message from the attached edge. It never blocks on
@@ -88,7 +88,7 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	in, queued := e.intents.Answer(r.GetKey(), r.GetRelatedTo(), r.GetVersion())
 	if log := e.opts.Log.V(4); log.Enabled() {
-		log.Info("intent answered", logging.KeyObject, replicate.KeyString(r.GetKey()), "sequence", r.GetVersion().GetSequence(),
+		log.Info("intent answered", logging.KeyObject, replication.KeyString(r.GetKey()), "sequence", r.GetVersion().GetSequence(),
 			"stale", in == nil, "error", r.GetError().GetMessage())
 	}
 	if in == nil {
@@ -118,12 +118,12 @@ func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	}
 	if ae.GetRetryable() || ae.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
 		delay := e.mgr.Retry(pr, r.GetKey())
-		log.V(1).Info("edge could not apply an object; retrying", logging.KeyObject, replicate.KeyString(r.GetKey()),
+		log.V(1).Info("edge could not apply an object; retrying", logging.KeyObject, replication.KeyString(r.GetKey()),
 			"reason", ae.GetReason().String(), "message", ae.GetMessage(), "retryIn", delay.String())
 		return
 	}
 	e.mgr.Rejected(pr, r.GetKey(), "")
-	log.Info("edge rejected an object; waiting for it or its PublishedResource to change", logging.KeyObject, replicate.KeyString(r.GetKey()),
+	log.Info("edge rejected an object; waiting for it or its PublishedResource to change", logging.KeyObject, replication.KeyString(r.GetKey()),
 		"reason", ae.GetReason().String(), "message", ae.GetMessage())
 }
 
@@ -139,12 +139,12 @@ func (e *Engine) relatedResult(pr string, rt *ferryv1.RelatedTo, ae *ferryv1.App
 	}
 	if ae.GetRetryable() || ae.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY {
 		delay := e.mgr.RetryRelated(pr, rt)
-		e.opts.Log.V(1).Info("edge could not apply a related object; retrying", "primary", replicate.KeyString(rt.GetPrimary()),
+		e.opts.Log.V(1).Info("edge could not apply a related object; retrying", "primary", replication.KeyString(rt.GetPrimary()),
 			"related", rt.GetIdentifier(), "reason", ae.GetReason().String(), "message", ae.GetMessage(), "retryIn", delay.String())
 		return
 	}
 	e.mgr.Rejected(pr, rt.GetPrimary(), rt.GetIdentifier())
-	e.opts.Log.Info("edge rejected a related object; waiting for a change in kcp or of the PublishedResource", "primary", replicate.KeyString(rt.GetPrimary()),
+	e.opts.Log.Info("edge rejected a related object; waiting for a change in kcp or of the PublishedResource", "primary", replication.KeyString(rt.GetPrimary()),
 		"related", rt.GetIdentifier(), "reason", ae.GetReason().String(), "message", ae.GetMessage())
 }
 

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
@@ -196,7 +196,7 @@ func (r *objectRecords) get(key *ferryv1.ObjectKey) (objectRecord, bool) {
 
 // MatchResources returns the engine's published resources served as
 // resource (plural) in group (any group when empty).
-func (e *Engine) MatchResources(group, resource string) []replicate.ResourceRef {
+func (e *Engine) MatchResources(group, resource string) []replication.ResourceRef {
 	return e.mgr.MatchResources(group, resource)
 }
 
@@ -252,10 +252,10 @@ func (e *Engine) ObjectState(pr, cluster, namespace, name string) (*ferryv1.GetO
 
 // intentState finds the latest intent for v: in flight or pending in the
 // outbox, else the last answered one.
-func (e *Engine) intentState(v replicate.ObjectView, rec objectRecord) *ferryv1.IntentState {
+func (e *Engine) intentState(v replication.ObjectView, rec objectRecord) *ferryv1.IntentState {
 	st := &ferryv1.IntentState{Held: v.Held, AwaitingInventory: v.AwaitingInventory}
 	pending, inFlight := e.intents.Lookup(v.Key)
-	var entry *replicate.IntentEntry
+	var entry *replication.IntentEntry
 	switch {
 	case pending != nil:
 		st.Phase, entry = ferryv1.IntentPhase_INTENT_PHASE_PENDING, pending
@@ -286,7 +286,7 @@ func (e *Engine) intentState(v replicate.ObjectView, rec objectRecord) *ferryv1.
 }
 
 // summarize says in one sentence where the object stands.
-func summarize(v replicate.ObjectView, s *ferryv1.GetObjectStateResponse) string {
+func summarize(v replication.ObjectView, s *ferryv1.GetObjectStateResponse) string {
 	var parts []string
 	if !s.GetEdgeConnected() {
 		parts = append(parts, "the edge is not connected")
@@ -359,7 +359,7 @@ func (e *Engine) Resync(ctx context.Context, session string, prs []string, wait 
 	if sink == nil {
 		return nil, ErrNotAttached
 	}
-	r, started, err := e.mgr.StartResync(prs, func(st replicate.ResyncStatus) {
+	r, started, err := e.mgr.StartResync(prs, func(st replication.ResyncStatus) {
 		if st.Err != nil {
 			return
 		}
@@ -398,7 +398,7 @@ func (e *Engine) Resync(ctx context.Context, session string, prs []string, wait 
 // ErrNotAttached is returned by Resync without an edge stream.
 var ErrNotAttached = errors.New("the edge is not connected")
 
-func (e *Engine) resyncStatus(st replicate.ResyncStatus) *ferryv1.ResyncStatus {
+func (e *Engine) resyncStatus(st replication.ResyncStatus) *ferryv1.ResyncStatus {
 	e.admin.mu.Lock()
 	session := e.admin.resyncSession
 	e.admin.mu.Unlock()

@@ -14,7 +14,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 )
 
 func testKey(uid string) *ferryv1.ObjectKey {
@@ -114,10 +114,10 @@ func TestObjectRecords(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	rejected := &ferryv1.ObjectError{Source: errorSourceIntent, Error: &ferryv1.ApplyError{
 		Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED, Message: "denied by policy"}}
-	live := replicate.ObjectView{Cached: true, Finalizer: true, InScope: true, DesiredHash: "h"}
+	live := replication.ObjectView{Cached: true, Finalizer: true, InScope: true, DesiredHash: "h"}
 	cases := []struct {
 		name string
-		v    replicate.ObjectView
+		v    replication.ObjectView
 		s    *ferryv1.GetObjectStateResponse
 		want []string
 	}{
@@ -130,9 +130,9 @@ func TestSummarize(t *testing.T) {
 		{"in flight while disconnected", live, &ferryv1.GetObjectStateResponse{
 			Intent: &ferryv1.IntentState{Phase: ferryv1.IntentPhase_INTENT_PHASE_IN_FLIGHT, Operation: "upsert", Version: &ferryv1.ObjectVersion{Sequence: 3}}},
 			[]string{"not connected", "upsert intent 3 sent"}},
-		{"no finalizer", replicate.ObjectView{Cached: true, InScope: true}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
+		{"no finalizer", replication.ObjectView{Cached: true, InScope: true}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
 			[]string{"finalizer"}},
-		{"gone", replicate.ObjectView{}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
+		{"gone", replication.ObjectView{}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
 			[]string{"gone from kcp"}},
 		{"waiting for the inventory", live, &ferryv1.GetObjectStateResponse{EdgeConnected: true,
 			Intent: &ferryv1.IntentState{Phase: ferryv1.IntentPhase_INTENT_PHASE_NONE, AwaitingInventory: true}},
@@ -181,7 +181,7 @@ func testEngine(t *testing.T) *Engine {
 	t.Helper()
 	e := New(Options{Export: config.APIExportRef{Workspace: "root:org", Name: "g"}, EdgeName: "nora", KCP: &rest.Config{},
 		Epoch: 1, Window: 8, Log: logr.Discard()})
-	e.mgr.Ensure(replicate.Resource{PublishedResource: "pr", GVR: testGVR})
+	e.mgr.Ensure(replication.Resource{PublishedResource: "pr", GVR: testGVR})
 	return e
 }
 
@@ -225,7 +225,7 @@ func TestEngineResync(t *testing.T) {
 	}
 	sink := &recordingSink{}
 	detach := e.Attach(sink)
-	if _, err := e.Resync(ctx, "s1", []string{"nope"}, 0); !errors.Is(err, replicate.ErrUnknownResource) {
+	if _, err := e.Resync(ctx, "s1", []string{"nope"}, 0); !errors.Is(err, replication.ErrUnknownResource) {
 		t.Fatalf("unknown resource: %v", err)
 	}
 	st, err := e.Resync(ctx, "s1", []string{"pr"}, 0)

@@ -17,7 +17,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/publish"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 	"github.com/ferry-dev/ferry/pkg/related"
 )
 
@@ -39,7 +39,7 @@ type publishWorker struct {
 	owners  publish.Owners // only touched by run's goroutine
 	results func(*ferryv1.PublishResult)
 	log     logr.Logger
-	mgr     *replicate.Manager
+	mgr     *replication.Manager
 	// allowRelated tells whether the edge may name a resource in
 	// spec.related[] (the broker's configuration).
 	allowRelated func(schema.GroupResource) bool
@@ -58,7 +58,7 @@ type applied struct {
 }
 
 func newPublishWorker(applier PublishApplier, export config.APIExportRef, results func(*ferryv1.PublishResult), log logr.Logger,
-	mgr *replicate.Manager,
+	mgr *replication.Manager,
 ) *publishWorker {
 	return &publishWorker{
 		mgr:     mgr,

@@ -9,7 +9,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 )
 
 // TestRelatedClaimsFollowTheBrokersAllowList: the broker used to claim in
@@ -42,7 +42,7 @@ func TestRelatedClaimsFollowTheBrokersAllowList(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			mgr := replicate.NewManager(replicate.Options{EdgeName: "edge", Log: logr.Discard()})
+			mgr := replication.NewManager(replication.Options{EdgeName: "edge", Log: logr.Discard()})
 			w := newPublishWorker(nil, config.APIExportRef{Workspace: "root:org", Name: "example.com"}, func(*ferryv1.PublishResult) {}, logr.Discard(), mgr)
 			w.allowRelated = config.Edge{RelatedResources: tc.allowed}.AllowsRelated
 			res := w.refuseRelated(&ferryv1.Publish{PublishedResource: "pr"}, tc.spec)

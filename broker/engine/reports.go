@@ -22,7 +22,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
@@ -32,7 +32,7 @@ import (
 // syncedResource derives what to sync from a successful publish (spec is
 // msg's, decoded); ok is false when the PublishedResource disables
 // synchronization.
-func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceSpec, res *ferryv1.PublishResult) (r replicate.Resource, ok bool, err error) {
+func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceSpec, res *ferryv1.PublishResult) (r replication.Resource, ok bool, err error) {
 	if spec.SyncDisabled() {
 		return r, false, nil
 	}
@@ -64,7 +64,7 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 		}
 	}
 	gvr := res.GetServedResource()
-	return replicate.Resource{
+	return replication.Resource{
 		PublishedResource: msg.GetPublishedResource(),
 		GVR:               schema.GroupVersionResource{Group: gvr.GetGroup(), Version: gvr.GetVersion(), Resource: gvr.GetResource()},
 		HasStatus:         hasStatus,
@@ -136,7 +136,7 @@ type reportWorker struct {
 	queue     workqueue.TypedRateLimitingInterface[string]
 }
 
-// reportWriter writes reports into kcp. Implemented by *replicate.Manager.
+// reportWriter writes reports into kcp. Implemented by *replication.Manager.
 type reportWriter interface {
 	PublishedResourceFor(key *ferryv1.ObjectKey) (string, bool)
 	WriteStatus(ctx context.Context, pr string, key *ferryv1.ObjectKey, status []byte) (written bool, err error)
@@ -196,7 +196,7 @@ func (w *reportWorker) add(t reportTask) {
 
 // reportKey is t's queue key: the latest report per object and kind wins.
 func reportKey(t reportTask) string {
-	k := replicate.KeyString(t.key)
+	k := replication.KeyString(t.key)
 	switch {
 	case t.deletion:
 		return "delete|" + k
@@ -251,12 +251,12 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 			return
 		}
 		if !ok {
-			w.log.Info("edge report for a resource this edge does not sync; dropped", logging.KeyObject, replicate.KeyString(t.key))
+			w.log.Info("edge report for a resource this edge does not sync; dropped", logging.KeyObject, replication.KeyString(t.key))
 			w.queue.Forget(k)
 			w.metrics.ReportDone(t.kind(), false)
 			w.answer(t, &ferryv1.ReportResult{ReportId: t.id, ReportEpoch: t.epoch, Error: &ferryv1.ApplyError{
 				Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED,
-				Message: fmt.Sprintf("%s is not synced by this edge", replicate.KeyString(t.key)),
+				Message: fmt.Sprintf("%s is not synced by this edge", replication.KeyString(t.key)),
 			}})
 			return
 		}
@@ -267,7 +267,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	case t.failure != nil:
 		if err := w.mgr.RecordFailure(ctx, t.pr, t.key, t.failure, t.relatedFailure); err != nil {
 			// Best effort: the failure is logged; the next one is recorded.
-			w.log.Error(err, "cannot record a sync failure as an Event in kcp", logging.KeyObject, replicate.KeyString(t.key))
+			w.log.Error(err, "cannot record a sync failure as an Event in kcp", logging.KeyObject, replication.KeyString(t.key))
 		} else {
 			w.restartWaiting()
 		}
@@ -275,9 +275,9 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		return
 	case t.deletion:
 		err = w.mgr.Release(ctx, t.pr, t.key)
-		w.log.V(4).Info("edge confirmed a deletion", logging.KeyObject, replicate.KeyString(t.key), "error", err)
+		w.log.V(4).Info("edge confirmed a deletion", logging.KeyObject, replication.KeyString(t.key), "error", err)
 	case t.resend != nil:
-		w.log.Info("edge asked for an object's desired state again", logging.KeyObject, replicate.KeyString(t.key),
+		w.log.Info("edge asked for an object's desired state again", logging.KeyObject, replication.KeyString(t.key),
 			"localCopy", t.resend.GetReason())
 		if rt := t.resend.GetRelatedTo(); rt != nil {
 			w.mgr.ResendRelated(t.pr, rt)
@@ -303,11 +303,11 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 	case err == nil:
 		w.queue.Forget(k)
 	case Permanent(err):
-		w.log.Info("edge report not applied (final)", logging.KeyObject, replicate.KeyString(t.key), "error", err.Error())
+		w.log.Info("edge report not applied (final)", logging.KeyObject, replication.KeyString(t.key), "error", err.Error())
 		answer.Error = &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: err.Error()}
 		w.queue.Forget(k)
 	default:
-		w.log.Error(err, "applying an edge report to kcp failed; retrying", logging.KeyObject, replicate.KeyString(t.key))
+		w.log.Error(err, "applying an edge report to kcp failed; retrying", logging.KeyObject, replication.KeyString(t.key))
 		w.retry(k, t, true)
 		return // answered once it succeeds or fails for good
 	}
@@ -326,8 +326,8 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 // write is invalid or forbidden, or the broker refuses the report.
 func Permanent(err error) bool {
 	switch {
-	case errors.Is(err, replicate.ErrRefused), errors.Is(err, replicate.ErrNoStatus), errors.Is(err, replicate.ErrGone),
-		errors.Is(err, replicate.ErrNotDeleting):
+	case errors.Is(err, replication.ErrRefused), errors.Is(err, replication.ErrNoStatus), errors.Is(err, replication.ErrGone),
+		errors.Is(err, replication.ErrNotDeleting):
 		return true
 	case apierrors.IsNotFound(err), apierrors.IsGone(err), apierrors.IsInvalid(err), apierrors.IsBadRequest(err),
 		apierrors.IsForbidden(err), apierrors.IsMethodNotSupported(err), apierrors.IsRequestEntityTooLargeError(err):

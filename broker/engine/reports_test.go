@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 )
 
 // TestPermanent: kcp errors retrying cannot fix are answered once with a
@@ -30,8 +30,8 @@ func TestPermanent(t *testing.T) {
 		{apierrors.NewInvalid(schema.GroupKind{Group: "g", Kind: "Thing"}, "a", nil), true},
 		{apierrors.NewForbidden(gr, "a", errors.New("no")), true},
 		{apierrors.NewConflict(gr, "a", errors.New("precondition failed")), false},
-		{fmt.Errorf("wrapped: %w", replicate.ErrGone), true},
-		{fmt.Errorf("wrapped: %w", replicate.ErrNotDeleting), true},
+		{fmt.Errorf("wrapped: %w", replication.ErrGone), true},
+		{fmt.Errorf("wrapped: %w", replication.ErrNotDeleting), true},
 		{apierrors.NewServiceUnavailable("kcp is down"), false},
 		{apierrors.NewTooManyRequests("slow down", 1), false},
 		{apierrors.NewTimeoutError("timeout", 1), false},

@@ -9,7 +9,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
-	"github.com/ferry-dev/ferry/broker/session"
+	"github.com/ferry-dev/ferry/broker/registry"
 )
 
 // adminService implements ferry.v1alpha1.AdminService for identities listed
@@ -18,7 +18,7 @@ type adminService struct {
 	ferryv1.UnimplementedAdminServiceServer
 
 	cfg      *config.Config
-	registry *session.Registry
+	registry *registry.Registry
 	engines  *engines
 	// workspaces resolves workspace paths for GetObjectState; nil accepts
 	// logical cluster names only.

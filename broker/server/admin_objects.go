@@ -15,7 +15,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/kcp"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
@@ -55,7 +55,7 @@ func (a *adminService) authorize(ctx context.Context) error {
 type engineMatch struct {
 	edge config.Edge
 	eng  *engine.Engine
-	ref  replicate.ResourceRef
+	ref  replication.ResourceRef
 }
 
 func (a *adminService) GetObjectState(ctx context.Context, req *ferryv1.GetObjectStateRequest) (*ferryv1.GetObjectStateResponse, error) {
@@ -185,7 +185,7 @@ func (a *adminService) Resync(ctx context.Context, req *ferryv1.ResyncRequest) (
 	}
 	st, err := eng.Resync(ctx, sess.ID, req.GetPublishedResources(), wait)
 	switch {
-	case errors.Is(err, replicate.ErrUnknownResource):
+	case errors.Is(err, replication.ErrUnknownResource):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, engine.ErrNotAttached):
 		return nil, status.Errorf(codes.FailedPrecondition, "edge %q is not connected", edge.Identity)

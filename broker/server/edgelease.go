@@ -12,7 +12,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/edgelease"
 	"github.com/ferry-dev/ferry/broker/engine"
-	"github.com/ferry-dev/ferry/broker/session"
+	"github.com/ferry-dev/ferry/broker/registry"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 )
@@ -137,7 +137,7 @@ type engineStatus interface {
 // disconnected is called. A nil *edgeLeaseSession does nothing.
 type edgeLeaseSession struct {
 	leases   *edgeLeases
-	sess     *session.Session
+	sess     *registry.Session
 	edge     config.Edge
 	engine   engineStatus
 	duration time.Duration
@@ -151,7 +151,7 @@ type edgeLeaseSession struct {
 // is the broker's own silence limit; with a shorter heartbeat the Lease is
 // renewed less often than the edge is heard, so it must last longer than
 // the silence limit to not look expired between two renewals.
-func (l *edgeLeases) connected(sess *session.Session, edge config.Edge, eng engineStatus, heartbeat time.Duration) *edgeLeaseSession {
+func (l *edgeLeases) connected(sess *registry.Session, edge config.Edge, eng engineStatus, heartbeat time.Duration) *edgeLeaseSession {
 	if l == nil {
 		return nil
 	}

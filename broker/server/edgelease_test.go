@@ -17,7 +17,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/edgelease"
 	"github.com/ferry-dev/ferry/broker/engine"
-	"github.com/ferry-dev/ferry/broker/session"
+	"github.com/ferry-dev/ferry/broker/registry"
 )
 
 // countingEngine is an engine's error counts, set by the test.
@@ -113,8 +113,8 @@ func (h *leaseHarness) waitLease(t *testing.T, edge config.Edge, what string, ok
 
 func state(l *coordinationv1.Lease) string { return l.Annotations[edgelease.AnnotationState] }
 
-func testSession(edge config.Edge, id string, at time.Time) *session.Session {
-	return session.NewSession(session.Info{
+func testSession(edge config.Edge, id string, at time.Time) *registry.Session {
+	return registry.NewSession(registry.Info{
 		ID: id, Identity: edge.Identity, AgentName: "nora", EdgeVersion: "v0.9.0", Export: edge.APIExport,
 		PeerAddress: "127.0.0.1:40000", ProtocolVersion: 1, ConnectedAt: at,
 	}, func() {})

@@ -30,7 +30,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
-	"github.com/ferry-dev/ferry/broker/session"
+	"github.com/ferry-dev/ferry/broker/registry"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/metrics"
 )
@@ -73,7 +73,7 @@ type Server struct {
 	opts     Options
 	grpc     *grpc.Server
 	health   *health.Server
-	registry *session.Registry
+	registry *registry.Registry
 	engines  *engines
 	leases   *edgeLeases
 	// serving is true while the gRPC server accepts streams (readiness).
@@ -82,7 +82,7 @@ type Server struct {
 
 // New builds a server; Serve runs it.
 func New(o Options) *Server {
-	registry := session.NewRegistry()
+	registry := registry.NewRegistry()
 	g := newGRPCServer(o)
 	epoch := newEpoch()
 	log := o.Log.WithName("sync")

@@ -16,7 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/kcp"
-	"github.com/ferry-dev/ferry/broker/session"
+	"github.com/ferry-dev/ferry/broker/registry"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/metrics"
@@ -41,7 +41,7 @@ type syncService struct {
 	ferryv1.UnimplementedSyncServiceServer
 
 	cfg               *config.Config
-	registry          *session.Registry
+	registry          *registry.Registry
 	resolver          ExportResolver
 	engines           *engines
 	epoch             uint64
@@ -120,7 +120,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		return status.Errorf(codes.Unavailable, "cannot reach kcp: %v", err)
 	}
 
-	sess := session.NewSession(session.Info{
+	sess := registry.NewSession(registry.Info{
 		ID:                  newSessionID(),
 		Identity:            id,
 		AgentName:           hello.GetAgentName(),
@@ -135,7 +135,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	}, func() { cancel(errShuttingDown) })
 
 	release, err := s.registry.Acquire(sess)
-	var held *session.HeldError
+	var held *registry.HeldError
 	switch {
 	case errors.As(err, &held):
 		log.Info("refused edge: APIExport already served", logging.KeyHolder, held.Holder.Identity)

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
-	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/edge/session"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/version"
@@ -43,7 +43,7 @@ type Source struct {
 	// Link is the broker link's handler.
 	Link *session.Handler
 	// Engine is the sync engine.
-	Engine *replica.Engine
+	Engine *replication.Engine
 	// Leading tells whether the incarnation leads (nil: it does).
 	Leading func() bool
 }
@@ -171,9 +171,9 @@ func (s *Server) GetObjectState(_ context.Context, req *ferryv1.EdgeAdminService
 	}
 	out, err := src.Engine.ObjectState(req)
 	switch {
-	case errors.Is(err, replica.ErrInvalidQuery):
+	case errors.Is(err, replication.ErrInvalidQuery):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, replica.ErrObjectNotFound):
+	case errors.Is(err, replication.ErrObjectNotFound):
 		msg := err.Error()
 		if src.Leading != nil && !src.Leading() {
 			msg += " (this replica is not the leader: it syncs nothing; ask the leading replica)"

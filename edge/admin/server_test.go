@@ -18,7 +18,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/publish"
-	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/edge/session"
 	"github.com/ferry-dev/ferry/pkg/link"
 )
@@ -116,7 +116,7 @@ func TestServer(t *testing.T) {
 	// An incarnation that leads and is connected; then the next one.
 	for i, session := range []string{"s1", "s2"} {
 		wake, pending := link.NewWake()
-		eng := replica.NewEngine(replica.Options{Agent: "nora", Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()),
+		eng := replication.NewEngine(replication.Options{Agent: "nora", Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()),
 			Kube: kubefake.NewClientset(), Wake: wake, Log: logr.Discard()})
 		h := sessionHandler(eng, wake, pending)
 		h.Connected(&ferryv1.BrokerHello{SessionId: session, ProtocolVersion: 1, Identity: "spiffe://edge",
@@ -146,6 +146,6 @@ type discardSink struct{}
 
 func (discardSink) Control(*ferryv1.ConnectRequest) error { return nil }
 
-func sessionHandler(eng *replica.Engine, wake func(), pending <-chan struct{}) *session.Handler {
+func sessionHandler(eng *replication.Engine, wake func(), pending <-chan struct{}) *session.Handler {
 	return session.NewHandler(publish.NewStore("broker:443", wake), eng, pending)
 }

@@ -33,7 +33,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
-	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
@@ -51,9 +51,9 @@ const (
 const placeholderGroup = "pending.ferry.dev"
 
 // SyncRegistry learns which published resources have their objects
-// synced. Implemented by *replica.Engine; must not block.
+// synced. Implemented by *replication.Engine; must not block.
 type SyncRegistry interface {
-	SetPublished(p *replica.Published)
+	SetPublished(p *replication.Published)
 	RemovePublished(name string)
 	// WithdrawPublished stops applying a resource's objects while its
 	// PublishedResource is invalid; deletions of existing copies go on.
@@ -61,7 +61,7 @@ type SyncRegistry interface {
 	// DeleteCopies deletes the local copies of the objects of a withdrawn
 	// resource's kcp resource (remote) and tells how many still exist (it
 	// may block on the API server).
-	DeleteCopies(ctx context.Context, remote schema.GroupResource, local schema.GroupVersionResource, related []replica.Related) (remaining int, err error)
+	DeleteCopies(ctx context.Context, remote schema.GroupResource, local schema.GroupVersionResource, related []replication.Related) (remaining int, err error)
 }
 
 // Reconciler publishes PublishedResources through the Store.
@@ -300,7 +300,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Sync is registered as soon as the real projection is known, not
 		// after the broker's answer, so the local copies are watched (and
 		// inventoried) early after a (re)connect.
-		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replica.Published{
+		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replication.Published{
 			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs,
 			AllowExistingNamespaces: pr.Spec.Naming != nil && pr.Spec.Naming.AllowExistingNamespaces,
 		})
@@ -446,7 +446,7 @@ func (r *Reconciler) withdraw(name string) {
 // map onto the CRD, or that they are not synced.
 // compiled carries the naming rules and mutators compiled by Reconcile.
 func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition,
-	proj *projection.Result, revision string, compiled *replica.Published,
+	proj *projection.Result, revision string, compiled *replication.Published,
 ) {
 	if pr.Spec.Synchronization != nil && pr.Spec.Synchronization.Enabled != nil && !*pr.Spec.Synchronization.Enabled {
 		r.Sync.RemovePublished(pr.Name)
@@ -459,7 +459,7 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 			localVersion = src
 		}
 	}
-	r.Sync.SetPublished(&replica.Published{
+	r.Sync.SetPublished(&replication.Published{
 		Name:          pr.Name,
 		Remote:        served,
 		Local:         schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
@@ -687,12 +687,12 @@ func hasStatusSubresource(crd *apiextensionsv1.CustomResourceDefinition, version
 // compileRelated compiles spec.related and resolves each kind in the
 // service cluster; related kinds must be namespaced, and a cluster-scoped
 // primary needs reference.namespace.
-func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) ([]replica.Related, error) {
+func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) ([]replication.Related, error) {
 	refs, err := related.Compile(pr.Spec.Related)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]replica.Related, 0, len(refs))
+	out := make([]replication.Related, 0, len(refs))
 	for _, ref := range refs {
 		where := fmt.Sprintf("spec.related[%s]", ref.Identifier)
 		mapping, err := r.Mapper.RESTMapping(ref.Kind.GroupKind(), ref.Kind.Version)
@@ -705,7 +705,7 @@ func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *ap
 		if crd.Spec.Scope != apiextensionsv1.NamespaceScoped && !ref.HasNamespace() {
 			return nil, fmt.Errorf("%s: %s is cluster-scoped, so reference.namespace is required", where, crd.Spec.Names.Kind)
 		}
-		out = append(out, replica.Related{Reference: ref, Local: mapping.Resource})
+		out = append(out, replication.Related{Reference: ref, Local: mapping.Resource})
 	}
 	return out, nil
 }

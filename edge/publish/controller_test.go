@@ -20,7 +20,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
-	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/replication"
 )
 
 const testExport = "export.example"
@@ -34,7 +34,7 @@ type fakeSync struct {
 	deleted   []schema.GroupVersionResource
 }
 
-func (f *fakeSync) SetPublished(p *replica.Published) {
+func (f *fakeSync) SetPublished(p *replication.Published) {
 	f.set = append(f.set, p.Name+"="+p.Remote.Resource)
 }
 
@@ -42,7 +42,7 @@ func (f *fakeSync) RemovePublished(name string) { f.removed = append(f.removed, 
 
 func (f *fakeSync) WithdrawPublished(name string) { f.withdrawn = append(f.withdrawn, name) }
 
-func (f *fakeSync) DeleteCopies(_ context.Context, _ schema.GroupResource, local schema.GroupVersionResource, _ []replica.Related) (int, error) {
+func (f *fakeSync) DeleteCopies(_ context.Context, _ schema.GroupResource, local schema.GroupVersionResource, _ []replication.Related) (int, error) {
 	f.deleted = append(f.deleted, local)
 	return 0, nil
 }

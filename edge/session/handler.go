@@ -1,5 +1,5 @@
 // Package session composes what the edge does behind its broker stream:
-// publishing (publish.Store) and object sync (replica.Engine). It implements
+// publishing (publish.Store) and object sync (replication.Engine). It implements
 // stream.Handler by routing broker messages to the part they concern and
 // merging what both parts have to send.
 package session
@@ -10,14 +10,14 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/publish"
-	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/edge/stream"
 )
 
 // Handler routes between the stream and the edge's parts.
 type Handler struct {
 	Publish *publish.Store
-	Replica *replica.Engine
+	Replica *replication.Engine
 	pending <-chan struct{}
 
 	mu sync.Mutex
@@ -32,7 +32,7 @@ var _ stream.Handler = (*Handler)(nil)
 
 // NewHandler joins the parts; pending must be the channel from link.NewWake
 // whose wake function the parts were built with.
-func NewHandler(p *publish.Store, r *replica.Engine, pending <-chan struct{}) *Handler {
+func NewHandler(p *publish.Store, r *replication.Engine, pending <-chan struct{}) *Handler {
 	return &Handler{Publish: p, Replica: r, pending: pending}
 }
 
@@ -41,7 +41,7 @@ func (h *Handler) Connected(hello *ferryv1.BrokerHello, control stream.Sink) {
 	h.mu.Lock()
 	h.publishes = nil
 	h.mu.Unlock()
-	h.Replica.Connected(replica.LimitedSink{Sink: control, Limit: int(hello.GetMaxReceiveMessageBytes())})
+	h.Replica.Connected(replication.LimitedSink{Sink: control, Limit: int(hello.GetMaxReceiveMessageBytes())})
 	h.Publish.Connected(hello)
 	h.link.connected(hello)
 }

@@ -10,7 +10,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/publish"
-	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/pkg/link"
 )
 
@@ -20,7 +20,7 @@ func (discardSink) Control(*ferryv1.ConnectRequest) error { return nil }
 
 func testHandler() *Handler {
 	wake, pending := link.NewWake()
-	eng := replica.NewEngine(replica.Options{Agent: "nora", Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()),
+	eng := replication.NewEngine(replication.Options{Agent: "nora", Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()),
 		Kube: kubefake.NewClientset(), Wake: wake, Log: logr.Discard()})
 	return NewHandler(publish.NewStore("broker:443", wake), eng, pending)
 }

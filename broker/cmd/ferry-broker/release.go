@@ -21,7 +21,7 @@ import (
 
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
-	"github.com/ferry-dev/ferry/broker/replicate"
+	"github.com/ferry-dev/ferry/broker/replication"
 )
 
 // releaseUsage documents `ferry-broker release-finalizers`.
@@ -127,7 +127,7 @@ func releaseFinalizers(ctx context.Context, kcpCfg *rest.Config, export config.A
 			continue
 		}
 		gvr := schema.GroupVersionResource{Group: r.Group, Version: ars.Spec.Versions[0].Name, Resource: r.Name}
-		objs, err := replicate.ListFinalized(ctx, clients, gvr, finalizer)
+		objs, err := replication.ListFinalized(ctx, clients, gvr, finalizer)
 		if err != nil {
 			return released, err
 		}
@@ -135,7 +135,7 @@ func releaseFinalizers(ctx context.Context, kcpCfg *rest.Config, export config.A
 			o := &objs[i]
 			where := fmt.Sprintf("%s %s|%s", gvr.GroupResource(), logicalcluster.From(o), nsName(o.GetNamespace(), o.GetName()))
 			if !dryRun {
-				if err := replicate.RemoveFinalizer(ctx, clients, "", gvr, o, finalizer); err != nil {
+				if err := replication.RemoveFinalizer(ctx, clients, "", gvr, o, finalizer); err != nil {
 					return released, fmt.Errorf("cannot release %s: %w", where, err)
 				}
 			}

@@ -40,7 +40,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
 	"github.com/ferry-dev/ferry/edge/publish"
-	"github.com/ferry-dev/ferry/edge/replica"
+	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/edge/session"
 	"github.com/ferry-dev/ferry/edge/stream"
 	"github.com/ferry-dev/ferry/pkg/backoff"
@@ -205,7 +205,7 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	}
 	wake, pending := link.NewWake()
 	store := publish.NewStore(opts.BrokerAddress, wake)
-	engine := replica.NewEngine(replica.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica"),
+	engine := replication.NewEngine(replication.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica"),
 		RelatedClusterWide: opts.RelatedCacheClusterWide, Metrics: p.metrics})
 	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("cannot set up the PublishedResource controller: %w", err)

@@ -1,0 +1,83 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// ClientFor returns a dynamic client for one logical cluster of an
+// APIExport's virtual workspace ("*" for all of them).
+type ClientFor func(cluster string) (dynamic.Interface, error)
+
+// ListFinalized lists, across every workspace bound to the export, the
+// objects of gvr that carry finalizer: a paged list, not one per object.
+func ListFinalized(ctx context.Context, clients ClientFor, gvr schema.GroupVersionResource, finalizer string) ([]unstructured.Unstructured, error) {
+	all, err := clients("*")
+	if err != nil {
+		return nil, err
+	}
+	var objs []unstructured.Unstructured
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := all.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("cannot list %s in kcp: %w", gvr, err)
+		}
+		for _, o := range list.Items {
+			if slices.Contains(o.GetFinalizers(), finalizer) {
+				o.SetManagedFields(nil)
+				objs = append(objs, o)
+			}
+		}
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			return objs, nil
+		}
+	}
+}
+
+// RemoveFinalizer removes finalizer from obj (an object of gvr in logical
+// cluster cluster; "" takes it from obj's kcp.io/cluster annotation, as
+// objects listed through /clusters/* carry it), guarded by its uid and
+// resourceVersion so a concurrent change is never overwritten (a conflict
+// is returned and the caller retries with a fresh object). A missing object
+// is fine.
+func RemoveFinalizer(ctx context.Context, clients ClientFor, cluster string, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) error {
+	if !slices.Contains(obj.GetFinalizers(), finalizer) {
+		return nil
+	}
+	if cluster == "" {
+		cluster = logicalcluster.From(obj).String()
+	}
+	c, err := clients(cluster)
+	if err != nil {
+		return err
+	}
+	return patchFinalizers(ctx, c.Resource(gvr).Namespace(obj.GetNamespace()), obj,
+		slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == finalizer }))
+}
+
+// patchFinalizers sets the finalizer list, guarded by the resourceVersion
+// so a concurrent change is never overwritten.
+func patchFinalizers(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, finalizers []string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "resourceVersion": obj.GetResourceVersion(), "uid": obj.GetUID(),
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = ri.Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,122 @@
+package replication
+
+import (
+	"context"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/related"
+)
+
+func TestSameRelated(t *testing.T) {
+	obj := func(labels map[string]any, data string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret",
+			"metadata": map[string]any{"name": "s", "labels": labels, "resourceVersion": "5"},
+			"data":     map[string]any{"k": data},
+		}}
+	}
+	desired := obj(map[string]any{"ferry.dev/related-to": "u"}, "v")
+	tests := []struct {
+		name     string
+		existing *unstructured.Unstructured
+		want     bool
+	}{
+		{"equal but for kcp's claim label", obj(map[string]any{"ferry.dev/related-to": "u", "claimed.internal.apis.kcp.io/x": "y"}, "v"), true},
+		{"data differs", obj(map[string]any{"ferry.dev/related-to": "u"}, "w"), false},
+		{"label differs", obj(map[string]any{"ferry.dev/related-to": "u", "extra": "1"}, "v"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sameRelated(tt.existing, desired); got != tt.want {
+				t.Errorf("sameRelated = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	extra := obj(map[string]any{"ferry.dev/related-to": "u"}, "v")
+	extra.Object["type"] = "Opaque"
+	if sameRelated(extra, desired) {
+		t.Error("a top-level field only the existing copy has was ignored")
+	}
+}
+
+// TestRelatedCopyOutsideThePrimarysNamespaceHolds: a service-origin copy
+// whose kcp-side namespace is not the primary's gets no owner reference
+// (kcp's garbage collector deleted such copies, and the broker recreated
+// them, 19 times a minute), and a namespace that does not exist yet in the
+// workspace is created (it was RelatedNotWritten, never retried).
+func TestRelatedCopyOutsideThePrimarysNamespaceHolds(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
+		Reference: ferryv1alpha1.RelatedResourceReference{
+			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
+			Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: "certs"}},
+		},
+	}, {
+		Identifier: "same", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
+		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := thing("1", map[string]any{"secretName": "app-cert"}, nil)
+	m, _ := testManager(t, primary)
+	res := m.desired["pr"]
+	res.Related = refs
+	m.desired["pr"], m.running["pr"].res = res, res
+	m.vwURL = "https://kcp.invalid/vw"
+	secretsGVR := refs[0].Resource
+	m.relWatchers[secretsGVR] = &relatedWatcher{gvr: secretsGVR, synced: true,
+		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{secretsGVR: "SecretList", namespacesGVR: "NamespaceList"},
+		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "ns"}}})
+	// The fake does not know namespaces: creating in a missing one fails
+	// as kcp does.
+	client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ns := a.GetNamespace()
+		if _, err := client.Tracker().Get(namespacesGVR, "", ns); err != nil {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, ns)
+		}
+		return false, nil, nil
+	})
+	m.clients["c"] = client
+	ctx := context.Background()
+	for _, id := range []string{"tls", "same"} {
+		err := m.WriteRelated(ctx, "pr", &ferryv1.RelatedObjectReport{
+			RelatedTo: &ferryv1.RelatedTo{Primary: thingKey(), Identifier: id},
+			State:     &ferryv1.RelatedObjectReport_Object{Object: []byte(`{"data":{"tls.crt":"Y2VydA=="}}`)},
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	other, err := client.Resource(secretsGVR).Namespace("certs").Get(ctx, "app-cert", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the copy in a namespace that did not exist was not written: %v", err)
+	}
+	if refs := other.GetOwnerReferences(); len(refs) != 0 {
+		t.Errorf("a copy in another namespace than its primary's has owner references %v", refs)
+	}
+	if other.GetLabels()[naming.LabelRelatedTo] != "u-a" {
+		t.Errorf("the copy is not tied to its primary by label: %v", other.GetLabels())
+	}
+	same, err := client.Resource(secretsGVR).Namespace("ns").Get(ctx, "app-cert", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs := same.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "u-a" {
+		t.Errorf("a copy beside its primary: owner references %v, want the primary", refs)
+	}
+}

@@ -1,0 +1,80 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+)
+
+// conditionFieldManager owns the Synced condition of PublishedResources;
+// the publish controller owns Published.
+const conditionFieldManager = "ferry-edge-replica"
+
+// conditionKeyPrefix marks apply-queue keys that write a PublishedResource's
+// Synced condition (the queue serializes and retries them like applies).
+const conditionKeyPrefix = "condition|"
+
+// syncedCondition is what the Synced condition says.
+type syncedCondition struct {
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+// syncedConditionLocked is the Synced condition w's state calls for.
+func syncedConditionLocked(w *localWatch) syncedCondition {
+	if w.synced {
+		return syncedCondition{metav1.ConditionTrue, ferryv1alpha1.ReasonWatching, "the edge watches the local copies"}
+	}
+	if w.lastErr != nil {
+		return syncedCondition{metav1.ConditionFalse, ferryv1alpha1.ReasonLocalWatchFailed,
+			"the edge cannot watch the local copies (its objects are not synced until it can): " + w.lastErr.Error()}
+	}
+	return syncedCondition{metav1.ConditionUnknown, "Listing", "the edge is listing the local copies"}
+}
+
+// writeSyncedCondition applies the Synced condition of PublishedResource
+// name when it differs from what was last written.
+func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
+	e.mu.Lock()
+	w, ok := e.watches[name]
+	if !ok {
+		e.mu.Unlock()
+		return nil
+	}
+	want := syncedConditionLocked(w)
+	written := w.condition
+	e.mu.Unlock()
+	if written != nil && *written == want {
+		return nil
+	}
+	pr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": ferryv1alpha1.GroupVersion.String(), "kind": "PublishedResource",
+		"metadata": map[string]any{"name": name},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": ferryv1alpha1.ConditionSynced, "status": string(want.status), "reason": want.reason,
+			"message": want.message, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}}},
+	}}
+	_, err := e.opts.Dynamic.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).
+		ApplyStatus(ctx, name, pr, metav1.ApplyOptions{FieldManager: conditionFieldManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("cannot write the Synced condition of PublishedResource %s: %w", name, err)
+	}
+	e.mu.Lock()
+	if e.watches[name] == w {
+		w.condition = &want
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+func conditionKey(name string) string { return conditionKeyPrefix + name }
+
+func conditionName(k string) (string, bool) { return strings.CutPrefix(k, conditionKeyPrefix) }

@@ -1,0 +1,183 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ferry-dev/ferry/pkg/logging"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+)
+
+// Deleting local copies: a deletion is confirmed only once the copy is
+// known to be gone.
+
+// delete deletes a local copy. Its deletion is confirmed only when the copy
+// is known to be gone: on a cache miss for a copy this engine applied (the
+// informer may not have seen its own apply yet), the copy is read live.
+func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWatch, existing *unstructured.Unstructured) *ferryv1.IntentResult {
+	k := protocol.ObjectKeyString(in.GetKey())
+	if existing == nil {
+		e.mu.Lock()
+		rec, known := e.applied[k]
+		e.mu.Unlock()
+		if known {
+			got, err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(rec.namespace).Get(ctx, rec.name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return nack(in, classify(err), true, "cannot read %s %s: %v", w.pub.LocalKind, nsName(rec.namespace, rec.name), err)
+			case isCopyOf(got, remoteOf(in.GetKey())) && got.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel():
+				existing = got
+			}
+		}
+	}
+	if existing != nil && !sameObject(existing, in.GetKey()) {
+		// The copy was taken over by the kcp object that replaced this one
+		// (same name, new UID): this object's copy is gone.
+		existing = nil
+	}
+	if existing == nil {
+		// Not this agent's (by label), not applied by this process: a copy
+		// an edge of another agent name made (the edge was renamed) sits
+		// where the naming rules put it; it is this edge's to delete.
+		other, err := e.copyOfAnotherAgent(ctx, w.pub, in.GetKey())
+		if err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+		if other != nil {
+			return e.deleteUnwatched(ctx, in, w.pub, other)
+		}
+		e.legacyLeft(w, remoteOf(in.GetKey()))
+		e.mu.Lock()
+		e.confirmLocked(in)
+		e.mu.Unlock()
+		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
+	}
+	// Marked deleting first: the related copies deleted here are not
+	// drift to repair (relatedGone).
+	e.mu.Lock()
+	e.deleting[k] = in
+	e.mu.Unlock()
+	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid()); err != nil {
+		e.mu.Lock()
+		delete(e.deleting, k)
+		e.mu.Unlock()
+		return nack(in, classify(err), true, "%v", err)
+	}
+	policy := metav1.DeletePropagationBackground
+	err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(existing.GetNamespace()).Delete(ctx, existing.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
+	switch {
+	case apierrors.IsNotFound(err):
+		e.mu.Lock()
+		delete(e.deleting, k)
+		e.confirmLocked(in)
+		e.mu.Unlock()
+	case err != nil:
+		return nack(in, classify(err), true, "cannot delete %s %s: %v", w.pub.LocalKind, nsName(existing.GetNamespace(), existing.GetName()), err)
+	}
+	// Confirmed when the informer sees the object gone (it may have
+	// finalizers of its own).
+	return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
+}
+
+// copyOfAnotherAgent returns the local copy of key at the place the naming
+// rules give it when its ferry labels name key under another agent name
+// (one GET, only for deletes of copies this edge does not watch).
+func (e *Engine) copyOfAnotherAgent(ctx context.Context, pub *Published, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
+	remote := naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}
+	ns, name, err := pub.Naming.Local(remote, pub.Namespaced)
+	if err != nil {
+		return nil, nil // no place: nothing can be there
+	}
+	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("cannot read %s %s: %w", pub.LocalKind, nsName(ns, name), err)
+	}
+	if r, ok := naming.RemoteFrom(got.GetLabels(), got.GetAnnotations()); !ok || r.ClusterName != remote.ClusterName ||
+		r.Namespace != remote.Namespace || r.Name != remote.Name || got.GetLabels()[naming.LabelAgent] == e.opts.Agent || !sameObject(got, key) ||
+		got.GetLabels()[naming.LabelRemoteResource] != pub.resourceLabel() {
+		// Someone else's object, this agent's (the watch decides), another
+		// kcp resource's copy, or one an earlier version made (which does
+		// not record its kcp resource: never deleted, see identity.go).
+		return nil, nil
+	}
+	return got, nil
+}
+
+// deleteUnwatched deletes a copy the local watch does not see (another
+// agent name's) and confirms once a read finds it gone; until then the
+// broker retries.
+func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pub *Published, u *unstructured.Unstructured) *ferryv1.IntentResult {
+	ri := e.opts.Dynamic.Resource(pub.Local).Namespace(u.GetNamespace())
+	uid := u.GetUID()
+	policy := metav1.DeletePropagationBackground
+	if u.GetDeletionTimestamp() == nil {
+		err := ri.Delete(ctx, u.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy, Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return nack(in, classify(err), true, "cannot delete %s %s: %v", pub.LocalKind, nsName(u.GetNamespace(), u.GetName()), err)
+		}
+		e.opts.Log.Info("deleted a local copy made under another agent name", "local", nsName(u.GetNamespace(), u.GetName()),
+			"agent", u.GetLabels()[naming.LabelAgent])
+	}
+	got, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && got.GetUID() != uid) {
+		e.mu.Lock()
+		e.confirmLocked(in)
+		e.mu.Unlock()
+		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
+	}
+	return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE, true, "waiting for %s %s to be deleted in the service cluster",
+		pub.LocalKind, nsName(u.GetNamespace(), u.GetName()))
+}
+
+func (e *Engine) confirmLocked(in *ferryv1.SyncIntent) {
+	k := protocol.ObjectKeyString(in.GetKey())
+	e.opts.Log.V(4).Info("confirming a deletion", logging.KeyObject, k, "sequence", in.GetVersion().GetSequence())
+	delete(e.applied, k)
+	e.report("deleted|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
+		Key: in.GetKey(), Version: in.GetVersion(),
+	}}})
+}
+
+// localGone confirms a deletion the broker asked for.
+func (e *Engine) localGone(w *localWatch, obj any) {
+	u, ok := informerObject(obj)
+	if !ok {
+		return
+	}
+	remote, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
+	if !ok {
+		return
+	}
+	k := protocol.ObjectKeyString(remoteKey(w.pub, remote))
+	e.opts.Log.V(4).Info("local copy gone", logging.KeyObject, k, "local", nsName(u.GetNamespace(), u.GetName()))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.statusSum, k)
+	e.forgetRelatedLocked(w, u)
+	if in, ok := e.deleting[k]; ok {
+		delete(e.deleting, k)
+		e.confirmLocked(in)
+		return
+	}
+	if _, ok := e.applied[k]; ok {
+		e.queue.Add(k) // deleted by someone else: repaired from the record
+		return
+	}
+	e.askResendLocked(k, remoteKey(w.pub, remote), "deleted")
+}
+
+// remoteOf is the kcp object key names.
+func remoteOf(key *ferryv1.ObjectKey) naming.Remote {
+	return naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}
+}

@@ -1,0 +1,627 @@
+// Package replication is the edge's half of object sync. It applies the
+// broker's sync intents to the service cluster (reverse projection, naming,
+// namespaces, labels pointing back to kcp, adoption of an existing object at
+// the target name) with server-side apply, and reports back: a result per
+// intent, the local status when it changes, and a deletion confirmation once
+// a local copy is known to be gone.
+//
+// The engine outlives streams: its watches, what it applied (content hash,
+// place and generation of every copy) and its report outbox stay when the
+// stream ends; unanswered reports are re-sent on the next stream. It keeps
+// the desired state of every copy, so a copy edited in fields ferry owns or
+// deleted by someone else is repaired at once, without asking the broker.
+//
+// Why server-side apply: the edge's field manager owns exactly the fields the
+// kcp object sets. Fields that other service-cluster controllers or webhooks
+// set are kept (they own them), and a field removed in kcp is removed locally
+// because the next apply no longer contains it — the three-way merge the
+// sync semantics ask for, kept by the API server instead of a last-applied
+// record on every object.
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ferry-dev/ferry/pkg/logging"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/metrics"
+	"github.com/ferry-dev/ferry/pkg/mutation"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/outbox"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/refindex"
+	"github.com/ferry-dev/ferry/pkg/watching"
+)
+
+// FieldManager is the edge's server-side apply identity.
+const FieldManager = "ferry-edge"
+
+// remoteIndex indexes local copies by the kcp object they belong to.
+const remoteIndex = "ferry.dev/remote"
+
+// Options configure an Engine. All fields are required.
+type Options struct {
+	Agent   string
+	Dynamic dynamic.Interface
+	Kube    kubernetes.Interface
+	// Wake is called (it must not block) when Next may have something.
+	Wake func()
+	Log  logr.Logger
+	// ReportWindow is how many reports may await the broker's answer.
+	ReportWindow int
+	// RelatedClusterWide caches related kinds in the whole cluster instead
+	// of per namespace ferry may use (relatedwatch.go).
+	RelatedClusterWide bool
+	// Metrics records the edge's metrics; nil records none.
+	Metrics *metrics.Edge
+}
+
+// Sink is the attached stream's control lane (link.Loop.Control): it never
+// blocks and fails only when the stream is overrun.
+type Sink interface {
+	Control(*ferryv1.ConnectRequest) error
+}
+
+// Engine applies intents and produces reports. Safe for concurrent use.
+type Engine struct {
+	opts    Options
+	queue   workqueue.TypedRateLimitingInterface[string]
+	reports *outbox.Outbox[string, *ferryv1.ConnectRequest]
+	// reportEpoch is the reports outbox's epoch, stamped on every report
+	// (reports.go).
+	reportEpoch uint64
+
+	mu        sync.Mutex
+	ctx       context.Context
+	published map[string]*Published // by PublishedResource name
+	watches   map[string]*localWatch
+	latest    map[string]*ferryv1.SyncIntent // by object key, awaiting apply
+	deleting  map[string]*ferryv1.SyncIntent // by object key, delete issued, awaiting gone
+	// applied is what this engine applied per object key: the desired
+	// state and where it went (drift repair, deletes on a cache miss).
+	applied map[string]appliedCopy
+	// resend holds the keys of drifted copies this engine did not apply
+	// (an earlier process did) whose desired state it asked the broker for:
+	// the next upsert is applied even when its hash matches the copy's.
+	resend    map[string]struct{}
+	statusSum map[string][32]byte // by object key, last status reported
+	// pre holds this stream's inventory chunks, sent before reports.
+	pre  []*ferryv1.ConnectRequest
+	sink Sink
+	// Namespaces (placement.go): those this agent created, from an informer
+	// on its label, plus what this process created or read since (created:
+	// name → workspace label; foreign: exist, not created by ferry).
+	nsStore  cache.Indexer
+	nsSynced bool
+	created  map[string]string
+	foreign  map[string]bool
+	// related objects (related.go)
+	relWatches map[schema.GroupVersionResource]*relatedWatch
+	relRefs    *refindex.Index[relKey] // which local related object each reference points at
+	relSum     map[relKey][32]byte     // last report per reference
+	// relWaiting holds references waiting for a related informer to list
+	// (by waitKey).
+	relWaiting map[string]map[relKey]struct{}
+
+	// admin is the admin view's bookkeeping (objectstate.go).
+	admin adminState
+}
+
+type localWatch struct {
+	pub   *Published
+	store cache.Indexer
+	// legacy holds this agent's copies made by earlier versions (no kcp
+	// resource label), adopted when their own object's upsert is applied
+	// (identity.go).
+	legacy cache.Indexer
+	cancel context.CancelFunc
+	synced bool // the informer has listed the local copies
+	// lastErr is the watch's last list/watch error, while not synced.
+	lastErr error
+	// condition is the Synced condition last written for the resource.
+	condition *syncedCondition
+	// withdrawn: the PublishedResource is invalid; only deletes are applied.
+	withdrawn bool
+}
+
+// appliedCopy is one local copy as this engine last applied it.
+type appliedCopy struct {
+	intent     *ferryv1.SyncIntent // the upsert
+	namespace  string
+	name       string
+	generation int64
+}
+
+// NewEngine returns an engine; Run starts it.
+func NewEngine(o Options) *Engine {
+	if o.ReportWindow <= 0 {
+		o.ReportWindow = 256
+	}
+	return &Engine{
+		opts: o,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "apply"}),
+		reports:     outbox.New[string, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
+		reportEpoch: newReportEpoch(),
+		published:   map[string]*Published{},
+		watches:     map[string]*localWatch{},
+		latest:      map[string]*ferryv1.SyncIntent{},
+		deleting:    map[string]*ferryv1.SyncIntent{},
+		applied:     map[string]appliedCopy{},
+		resend:      map[string]struct{}{},
+		statusSum:   map[string][32]byte{},
+		created:     map[string]string{},
+		foreign:     map[string]bool{},
+		relWatches:  map[schema.GroupVersionResource]*relatedWatch{},
+		relRefs:     refindex.New[relKey](),
+		relSum:      map[relKey][32]byte{},
+		relWaiting:  map[string]map[relKey]struct{}{},
+	}
+}
+
+// Run applies intents with workers goroutines until ctx ends.
+func (e *Engine) Run(ctx context.Context, workers int) error {
+	e.mu.Lock()
+	e.ctx = ctx
+	e.watchNamespacesLocked()
+	for _, p := range e.published {
+		e.watchLocked(p)
+	}
+	e.ensureRelatedWatchesLocked()
+	e.mu.Unlock()
+	watching.RunWorkers(ctx, e.queue, workers, func() bool { return e.next(ctx) })
+	return nil
+}
+
+// SetPublished registers p for syncing (replacing an older registration).
+func (e *Engine) SetPublished(p *Published) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old, ok := e.published[p.Name]; ok && old.Revision == p.Revision {
+		if w := e.watches[p.Name]; w != nil {
+			w.withdrawn = false
+		}
+		return
+	}
+	if w, ok := e.watches[p.Name]; ok {
+		w.cancel()
+		delete(e.watches, p.Name)
+	}
+	e.published[p.Name] = p
+	e.watchLocked(p)
+	e.ensureRelatedWatchesLocked()
+}
+
+// WithdrawPublished stops applying a PublishedResource's objects while it
+// is invalid, but keeps its watch and registration: deletions of existing
+// copies still go through (the broker still sends them), so no kcp object
+// stays Terminating because its PublishedResource broke. SetPublished with
+// the same revision, or a new one, publishes it again.
+func (e *Engine) WithdrawPublished(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w, ok := e.watches[name]; ok {
+		w.withdrawn = true
+	}
+}
+
+func (e *Engine) withdrawn(w *localWatch) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return w.withdrawn
+}
+
+// RemovePublished stops syncing a PublishedResource's objects (local copies
+// stay).
+func (e *Engine) RemovePublished(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.published, name)
+	if w, ok := e.watches[name]; ok {
+		w.cancel()
+		delete(e.watches, name)
+	}
+	e.ensureRelatedWatchesLocked()
+}
+
+func (e *Engine) forRemote(gvr *ferryv1.GroupVersionResource) (*Published, *localWatch) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, p := range e.published {
+		if p.Remote.Group == gvr.GetGroup() && p.Remote.Resource == gvr.GetResource() && p.Remote.Version == gvr.GetVersion() {
+			return p, e.watches[name]
+		}
+	}
+	return nil, nil
+}
+
+// watchLocked starts the informer on p's local copies (this agent's copies
+// of p's kcp resource only), and one on this agent's copies made by earlier
+// versions, to adopt (identity.go).
+func (e *Engine) watchLocked(p *Published) {
+	if e.ctx == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	w := &localWatch{pub: p, cancel: cancel}
+	e.watches[p.Name] = w
+	legacy := cache.NewSharedIndexInformer(watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.LegacyCopySelector(e.opts.Agent)),
+		&unstructured.Unstructured{}, 0, copyIndexers())
+	_ = legacy.SetTransform(dropManagedFields)
+	w.legacy = legacy.GetIndexer()
+	go legacy.RunWithContext(ctx)
+	lw := watching.ListWatch(e.opts.Dynamic.Resource(p.Local), naming.CopySelector(e.opts.Agent, p.Remote.GroupResource()))
+	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, copyIndexers())
+	_ = informer.SetTransform(dropManagedFields)
+	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		e.mu.Lock()
+		w.lastErr = err
+		e.mu.Unlock()
+		e.queue.Add(conditionKey(p.Name))
+		e.opts.Log.Error(err, "cannot watch local copies", logging.KeyPublishedResource, p.Name, "resource", p.Local.String())
+	})
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.localChanged(w, nil, obj) },
+		UpdateFunc: func(old, obj any) { e.localChanged(w, old, obj) },
+		DeleteFunc: func(obj any) { e.localGone(w, obj) },
+	})
+	w.store = informer.GetIndexer()
+	go informer.RunWithContext(ctx)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			w.synced, w.lastErr = true, nil
+			e.queue.Add(conditionKey(p.Name))
+			if e.watches[p.Name] == w {
+				e.sendInventoryLocked(w)
+			}
+		}
+	}()
+}
+
+func indexByRemote(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	l := u.GetLabels()
+	return []string{l[naming.LabelRemoteCluster] + "|" + l[naming.LabelNamespaceHash] + "|" + l[naming.LabelNameHash]}, nil
+}
+
+// remoteUIDIndex indexes local copies by the kcp UID they were applied
+// from (kcp-origin related copies name their primary by it).
+const remoteUIDIndex = "ferry.dev/remote-uid"
+
+func indexByRemoteUID(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GetAnnotations()[naming.AnnotationUID] == "" {
+		return nil, nil
+	}
+	return []string{u.GetAnnotations()[naming.AnnotationUID]}, nil
+}
+
+// copyIndexers are the indexes of the local copies' caches.
+func copyIndexers() cache.Indexers {
+	return cache.Indexers{remoteIndex: indexByRemote, remoteUIDIndex: indexByRemoteUID}
+}
+
+func remoteIndexKey(remote naming.Remote) string {
+	return remote.ClusterName + "|" + naming.Hash(remote.Namespace) + "|" + naming.Hash(remote.Name)
+}
+
+// Handle takes a sync intent from the broker (latest wins per object).
+func (e *Engine) Handle(in *ferryv1.SyncIntent) {
+	e.opts.Metrics.IntentReceived(in)
+	k := protocol.IntentKey(in.GetKey(), in.GetRelatedTo())
+	e.mu.Lock()
+	e.latest[k] = in
+	e.mu.Unlock()
+	e.queue.Add(k)
+}
+
+// Connected attaches a new stream: unanswered reports go out again (the
+// broker answers each; reports it already wrote cost it a comparison, not a
+// write), and each synced resource's inventory is sent.
+func (e *Engine) Connected(sink Sink) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sink = sink
+	e.pre = nil
+	e.reports.Reset()
+	for _, w := range e.watches {
+		e.sendInventoryLocked(w)
+	}
+}
+
+// Disconnected drops what only made sense on the stream; intents not yet
+// applied are re-sent by the broker on the next stream.
+func (e *Engine) Disconnected() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sink = nil
+	e.pre = nil
+	clear(e.latest)
+}
+
+// result sends an intent's answer on the control lane; without a stream it
+// is dropped (the broker re-sends the intent on the next stream).
+func (e *Engine) result(res *ferryv1.IntentResult) {
+	e.mu.Lock()
+	sink := e.sink
+	e.mu.Unlock()
+	if sink == nil {
+		return
+	}
+	if err := sink.Control(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_IntentResult{IntentResult: res}}); err != nil {
+		e.opts.Log.Error(err, "cannot queue an intent result; the stream ends")
+	}
+}
+
+func (e *Engine) next(ctx context.Context) bool {
+	k, shutdown := e.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer e.queue.Done(k)
+	e.mu.Lock()
+	in := e.latest[k]
+	delete(e.latest, k)
+	e.mu.Unlock()
+	if name, ok := conditionName(k); ok {
+		if err := e.writeSyncedCondition(ctx, name); err != nil {
+			e.opts.Log.Error(err, "retrying")
+			e.queue.AddRateLimited(k)
+			return true
+		}
+		e.queue.Forget(k)
+		return true
+	}
+	if in == nil {
+		if err := e.repair(ctx, k); err != nil {
+			e.opts.Log.Error(err, "cannot repair a local copy; retrying", logging.KeyObject, k)
+			e.queue.AddRateLimited(k)
+			return true
+		}
+		e.queue.Forget(k)
+		return true
+	}
+	e.queue.Forget(k)
+	if ready, why := e.ready(in); !ready {
+		// Answered at once, so this resource's intents never fill the
+		// broker's window; the broker retries with backoff.
+		res := nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY, true, "%s", why)
+		e.opts.Metrics.IntentDone(in, res)
+		e.recordHandled(in, res)
+		e.result(res)
+		return true
+	}
+	var res *ferryv1.IntentResult
+	if in.GetRelatedTo() != nil {
+		res = e.applyRelated(ctx, in)
+		res.RelatedTo = in.GetRelatedTo()
+	} else {
+		res = e.apply(ctx, in)
+	}
+	if log := e.opts.Log.V(4); log.Enabled() {
+		log.Info("intent handled", logging.KeyObject, k, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
+			"local", nsName(res.GetLocalNamespace(), res.GetLocalName()), "error", res.GetError().GetMessage())
+	}
+	e.opts.Metrics.IntentDone(in, res)
+	e.recordHandled(in, res)
+	e.result(res)
+	return true
+}
+
+// ready tells whether the local watch of in's resource has synced, and if
+// not why; intents for resources this edge does not publish are ready (they
+// are refused).
+func (e *Engine) ready(in *ferryv1.SyncIntent) (bool, string) {
+	e.mu.Lock()
+	nsSynced := e.nsSynced
+	e.mu.Unlock()
+	if !nsSynced {
+		return false, "the edge has not listed the namespaces it created yet"
+	}
+	if in.GetRelatedTo() != nil {
+		if !e.relatedReady(in) {
+			return false, "the edge's watches of the related objects have not listed yet"
+		}
+		return true, ""
+	}
+	pub, w := e.forRemote(in.GetKey().GetResource())
+	if w == nil {
+		return true, ""
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w.synced {
+		return true, ""
+	}
+	why := fmt.Sprintf("the edge has not listed its local %s yet", pub.Local.String())
+	if w.lastErr != nil {
+		why += ": " + w.lastErr.Error()
+	}
+	return false, why
+}
+
+// nack answers in with an error. It carries in's related_to: the broker
+// matches answers by key and related_to, and an answer it cannot match
+// leaves the intent in flight, never retried.
+func nack(in *ferryv1.SyncIntent, reason ferryv1.ApplyErrorReason, retryable bool, format string, args ...any) *ferryv1.IntentResult {
+	return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), RelatedTo: in.GetRelatedTo(), Error: &ferryv1.ApplyError{
+		Reason: reason, Message: fmt.Sprintf(format, args...), Retryable: retryable,
+	}}
+}
+
+// apply applies an upsert (or routes a delete) and records what it applied.
+func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.IntentResult {
+	pub, w := e.forRemote(in.GetKey().GetResource())
+	if pub == nil || w == nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, true,
+			"no PublishedResource of this edge publishes %s.%s", in.GetKey().GetResource().GetResource(), in.GetKey().GetResource().GetGroup())
+	}
+	key := in.GetKey()
+	remote := naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}
+	existing := e.findLocal(w, remote)
+
+	if in.GetDelete() != nil {
+		return e.delete(ctx, in, w, existing)
+	}
+
+	if e.withdrawn(w) {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, true,
+			"PublishedResource %s is not valid at the moment (see its Published condition); only deletions are carried out", pub.Name)
+	}
+	if existing == nil {
+		// A copy an earlier version made of exactly this object (its kcp
+		// UID) is adopted: applied where it is, with the identity labels.
+		if existing = findLegacy(w, remote); existing != nil {
+			e.opts.Log.Info("adopting a local copy made by an earlier version of ferry", logging.KeyPublishedResource, pub.Name,
+				"local", nsName(existing.GetNamespace(), existing.GetName()), logging.KeyObject, protocol.ObjectKeyString(key))
+		}
+	}
+	k := protocol.ObjectKeyString(key)
+	hash := in.GetUpsert().GetContentHash()
+	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash &&
+		existing.GetAnnotations()[naming.AnnotationUID] == key.GetUid() && existing.GetAnnotations()[naming.AnnotationShape] == pub.Shape &&
+		labelledFor(existing, pub) && !e.drifted(k, existing) && !e.resendAsked(k) {
+		// The copy holds this state already (a re-sent intent after a
+		// reconnect): nothing to write.
+		e.record(k, in, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
+		return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
+	}
+	var obj unstructured.Unstructured
+	// Kubernetes' JSON decoding keeps whole numbers int64 (as CEL and the
+	// API server expect), unlike encoding/json's float64.
+	if err := utiljson.Unmarshal(in.GetUpsert().GetObject(), &obj.Object); err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "the object is not valid JSON: %v", err)
+	}
+	remote.WorkspacePath = in.GetUpsert().GetWorkspacePath()
+	ns, name, err := pub.Naming.Local(remote, pub.Namespaced)
+	if err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "naming: %v", err)
+	}
+	if existing != nil {
+		// Keep the object where it is even if naming rules changed since.
+		ns, name = existing.GetNamespace(), existing.GetName()
+	} else {
+		refusal, err := e.claim(ctx, pub, ns, name, remote)
+		if err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+		if refusal != "" {
+			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT, false, "%s", refusal)
+		}
+	}
+	if ns != "" {
+		if err := e.place(ctx, pub.placement(key.GetCluster()), ns); err != nil {
+			if errors.Is(err, errForbidden) {
+				return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, false, "the edge does not write %s %s: %v", pub.LocalKind, nsName(ns, name), err)
+			}
+			return nack(in, classify(err), true, "%v", err)
+		}
+	}
+	local := objects.DesiredState(&obj)
+	objects.Retype(local, pub.LocalGVK())
+	// Mutations see where the copy goes and which workspace it comes from
+	// (metadata.namespace/name are the local ones, the ferry.dev/remote-*
+	// labels and annotations are set), so a service owner can derive
+	// unique names of related objects from them.
+	local.SetNamespace(ns)
+	local.SetName(name)
+	local.SetLabels(objects.MergeStrings(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)), pub.ownerLabels()))
+	local.SetAnnotations(objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote)))
+	var existingObj map[string]any
+	if existing != nil {
+		existingObj = existing.Object
+	}
+	if err := pub.SpecMutator.Apply(local.Object, mutation.Objects{Local: existingObj, Remote: obj.Object}); err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "mutation failed: %v", err)
+	}
+	// Identity and bookkeeping are set after mutations, which cannot change them.
+	local.SetNamespace(ns)
+	local.SetName(name)
+	local.SetLabels(objects.MergeStrings(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)), pub.ownerLabels()))
+	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote))
+	ann[naming.AnnotationResourceVersion] = in.GetVersion().GetResourceVersion()
+	if hash != "" {
+		ann[naming.AnnotationContentHash] = hash
+	}
+	if pub.Shape != "" {
+		ann[naming.AnnotationShape] = pub.Shape
+	}
+	local.SetAnnotations(ann)
+
+	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if apierrors.IsNotFound(err) && ns != "" {
+		e.forgetNamespace(ns) // deleted behind our back; recreated on retry
+	}
+	if err != nil {
+		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
+	}
+	e.record(k, in, ns, name, got.GetGeneration())
+	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
+}
+
+// findLocal returns the local copy of remote, found by its labels (those of
+// w's kcp resource only); a copy whose annotations contradict its labels
+// (tampered) is not trusted.
+func (e *Engine) findLocal(w *localWatch, remote naming.Remote) *unstructured.Unstructured {
+	objs, err := w.store.ByIndex(remoteIndex, remoteIndexKey(remote))
+	if err != nil {
+		return nil
+	}
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		got, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
+		if ok && got.Namespace == remote.Namespace && got.Name == remote.Name && u.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel() {
+			return u
+		}
+	}
+	return nil
+}
+
+// localChanged reports the status of a local copy when it changed, and
+// queues a repair when someone else changed what ferry applied (old is nil
+// for an added copy).
+func (e *Engine) localChanged(w *localWatch, old, obj any) {
+	e.repairIfDrifted(w, old, obj)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reportStatusLocked(w, obj)
+	e.reportRelatedLocked(w, obj)
+}
+
+func remoteKey(p *Published, remote naming.Remote) *ferryv1.ObjectKey {
+	return &ferryv1.ObjectKey{
+		Cluster:   remote.ClusterName,
+		Resource:  &ferryv1.GroupVersionResource{Group: p.Remote.Group, Version: p.Remote.Version, Resource: p.Remote.Resource},
+		Namespace: remote.Namespace,
+		Name:      remote.Name,
+		Uid:       remote.UID,
+	}
+}
+
+func nsName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}

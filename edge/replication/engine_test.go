@@ -1,0 +1,370 @@
+package replication
+
+import (
+	"context"
+	"google.golang.org/protobuf/proto"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/protocol"
+)
+
+type recordingSink struct{ msgs []*ferryv1.ConnectRequest }
+
+func (s *recordingSink) Control(m *ferryv1.ConnectRequest) error {
+	s.msgs = append(s.msgs, m)
+	return nil
+}
+
+var (
+	remoteGVR = schema.GroupVersionResource{Group: "kcp.example", Version: "v1", Resource: "things"}
+	localGVR  = schema.GroupVersionResource{Group: "svc.example", Version: "v1", Resource: "things"}
+)
+
+// testEngine returns an engine with one published resource whose local
+// watch is the given store (synced or not), over a fake service cluster
+// holding objs.
+func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
+	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns",
+		Labels: map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}}})
+	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard()})
+	e.nsSynced = true
+	rules, err := naming.Compile(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules}
+	w := &localWatch{pub: pub, cancel: func() {}, synced: synced,
+		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, copyIndexers())}
+	e.published["pr"] = pub
+	e.watches["pr"] = w
+	sink := &recordingSink{}
+	e.Connected(sink)
+	return e, w, sink
+}
+
+func remoteThing() (*ferryv1.ObjectKey, naming.Remote) {
+	key := &ferryv1.ObjectKey{Cluster: "c1", Resource: &ferryv1.GroupVersionResource{Group: remoteGVR.Group, Version: "v1", Resource: "things"},
+		Namespace: "team", Name: "a", Uid: "u-a"}
+	return key, naming.Remote{ClusterName: "c1", Namespace: "team", Name: "a", UID: "u-a"}
+}
+
+func localCopy(remote naming.Remote) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "svc.example/v1", "kind": "Thing"}}
+	u.SetNamespace("local-ns")
+	u.SetName("a-copy")
+	u.SetLabels(objects.MergeStrings(naming.Labels("nora", remote), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
+	u.SetAnnotations(naming.Annotations(remote))
+	return u
+}
+
+// runQueue processes the apply queue until it is empty, failing on a
+// requeue loop.
+func runQueue(t *testing.T, e *Engine) {
+	t.Helper()
+	for rounds := 0; e.queue.Len() > 0; rounds++ {
+		if rounds > 10 {
+			t.Fatal("requeue loop: the apply queue does not drain")
+		}
+		e.next(context.Background())
+	}
+}
+
+func reportsQueued(e *Engine) []*ferryv1.ConnectRequest {
+	var out []*ferryv1.ConnectRequest
+	for {
+		m, ok := e.Next()
+		if !ok {
+			return out
+		}
+		if m.GetInventory() == nil {
+			out = append(out, m)
+		}
+	}
+}
+
+// TestDeleteAfterCreateOnCacheMiss is the quick create → delete: the copy
+// exists in the service cluster but the informer has not seen this edge's
+// own apply yet. The deletion must not be confirmed before the copy is gone.
+func TestDeleteAfterCreateOnCacheMiss(t *testing.T) {
+	key, remote := remoteThing()
+	e, _, sink := testEngine(t, true, localCopy(remote))
+	k := protocol.ObjectKeyString(key)
+	e.record(k, &ferryv1.SyncIntent{Key: key, Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h"}}}, "local-ns", "a-copy", 1)
+
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
+		t.Fatalf("want one ack, got %v", sink.msgs)
+	}
+	for _, m := range reportsQueued(e) {
+		if m.GetDeletionConfirmation() != nil {
+			t.Fatal("deletion confirmed while the local copy still existed")
+		}
+	}
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("local-ns").Get(context.Background(), "a-copy", getOpts); err == nil {
+		t.Fatal("the local copy was not deleted")
+	}
+}
+
+// TestDeleteOfUnknownCopyIsConfirmed: nothing in the cache and nothing
+// applied by this engine means there is no copy.
+func TestDeleteOfUnknownCopyIsConfirmed(t *testing.T) {
+	key, _ := remoteThing()
+	e, _, _ := testEngine(t, true)
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+	got := reportsQueued(e)
+	if len(got) != 1 || got[0].GetDeletionConfirmation() == nil || got[0].GetDeletionConfirmation().GetReportId() == 0 {
+		t.Fatalf("want one numbered deletion confirmation, got %v", got)
+	}
+}
+
+// TestNotReadyIsAnsweredAtOnce: a resource whose local watch has not
+// listed answers with a retryable NOT_READY nack instead of holding the
+// intent (which filled the broker's shared window and stalled every
+// resource).
+func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
+	key, _ := remoteThing()
+	e, w, sink := testEngine(t, false)
+	e.mu.Lock()
+	w.lastErr = errListForbidden
+	e.mu.Unlock()
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 {
+		t.Fatalf("want one answer, got %d", len(sink.msgs))
+	}
+	ae := sink.msgs[0].GetIntentResult().GetError()
+	if ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY || !ae.GetRetryable() {
+		t.Fatalf("want a retryable NOT_READY nack, got %v", ae)
+	}
+	if want := errListForbidden.Error(); !contains(ae.GetMessage(), want) {
+		t.Fatalf("nack %q does not say why (%q)", ae.GetMessage(), want)
+	}
+}
+
+// TestReportsSurviveReconnect: a report not answered on one stream is sent
+// again on the next, with the same id, and an answer removes it.
+func TestReportsSurviveReconnect(t *testing.T) {
+	e, _, _ := testEngine(t, true)
+	key, _ := remoteThing()
+	e.report("status|x", &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{Key: key, Status: []byte(`{}`)}}})
+	first := reportsQueued(e)
+	if len(first) != 1 {
+		t.Fatalf("want 1 report, got %d", len(first))
+	}
+	e.Disconnected()
+	e.Connected(&recordingSink{})
+	again := reportsQueued(e)
+	if len(again) != 1 || again[0].GetStatusReport().GetReportId() != first[0].GetStatusReport().GetReportId() {
+		t.Fatalf("unanswered report not re-sent with its id: %v", again)
+	}
+	e.ReportResult(&ferryv1.ReportResult{ReportId: again[0].GetStatusReport().GetReportId()})
+	e.Disconnected()
+	e.Connected(&recordingSink{})
+	if left := reportsQueued(e); len(left) != 0 {
+		t.Fatalf("answered report sent again: %v", left)
+	}
+}
+
+var (
+	errListForbidden = forbidden("things.svc.example is forbidden: cannot list")
+	getOpts          = metav1.GetOptions{}
+)
+
+type forbidden string
+
+func (f forbidden) Error() string { return string(f) }
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestDriftOfCopiesFromAnEarlierProcess: after a restart the edge holds no
+// desired state for copies an earlier process applied (the broker sends
+// nothing for unchanged ones), so it asks the broker for it when someone
+// else deletes such a copy or changes its spec; its own applies and status
+// writes ask for nothing.
+func TestDriftOfCopiesFromAnEarlierProcess(t *testing.T) {
+	withHash := func(u *unstructured.Unstructured, hash string, generation int64) *unstructured.Unstructured {
+		u = u.DeepCopy()
+		ann := u.GetAnnotations()
+		ann[naming.AnnotationContentHash] = hash
+		u.SetAnnotations(ann)
+		u.SetGeneration(generation)
+		return u
+	}
+	_, remote := remoteThing()
+	base := localCopy(remote)
+	for _, tc := range []struct {
+		name     string
+		old, obj *unstructured.Unstructured // old nil: obj deleted
+		want     string                     // ResendRequest reason, "" for none
+	}{
+		{name: "deleted by someone else", obj: withHash(base, "h1", 1), want: "deleted"},
+		{name: "spec changed by someone else", old: withHash(base, "h1", 1), obj: withHash(base, "h1", 2), want: "changed"},
+		{name: "status or metadata written", old: withHash(base, "h1", 1), obj: withHash(base, "h1", 1)},
+		{name: "this edge applied a new state", old: withHash(base, "h1", 1), obj: withHash(base, "h2", 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, w, _ := testEngine(t, true)
+			if tc.old == nil {
+				e.localGone(w, tc.obj)
+			} else {
+				e.localChanged(w, tc.old, tc.obj)
+			}
+			var got []string
+			for _, m := range reportsQueued(e) {
+				if r := m.GetResendRequest(); r != nil {
+					got = append(got, r.GetReason())
+				}
+			}
+			if tc.want == "" && len(got) != 0 || tc.want != "" && (len(got) != 1 || got[0] != tc.want) {
+				t.Fatalf("resend requests %v, want %q", got, tc.want)
+			}
+			if e.queue.Len() != 0 {
+				t.Fatal("a copy this engine did not apply was queued for a repair from memory")
+			}
+		})
+	}
+}
+
+// TestResentStateIsAppliedOverADriftedCopy: the state the broker re-sends
+// after a ResendRequest is applied even though the drifted copy still
+// carries its content hash (a hand edit does not change the annotation).
+func TestResentStateIsAppliedOverADriftedCopy(t *testing.T) {
+	key, remote := remoteThing()
+	drifted := localCopy(remote)
+	ann := drifted.GetAnnotations()
+	ann[naming.AnnotationContentHash] = "h1"
+	drifted.SetAnnotations(ann)
+	drifted.SetGeneration(2)
+	e, w, sink := testEngine(t, true, drifted)
+	if err := w.store.Add(drifted); err != nil {
+		t.Fatal(err)
+	}
+	old := drifted.DeepCopy()
+	old.SetGeneration(1)
+	e.localChanged(w, old, drifted)
+
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 3}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h1",
+			Object: []byte(`{"apiVersion":"kcp.example/v1","kind":"Thing","metadata":{"name":"a","namespace":"team"},"spec":{"x":"desired"}}`)}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult() == nil {
+		t.Fatalf("want one intent result, got %v", sink.msgs)
+	}
+	// The fake client cannot server-side apply unstructured objects; the
+	// apply being sent is what this test is about.
+	fake := e.opts.Dynamic.(*dynamicfake.FakeDynamicClient)
+	patched := false
+	for _, a := range fake.Actions() {
+		if a.GetVerb() == "patch" {
+			patched = true
+		}
+	}
+	if !patched {
+		t.Fatalf("the re-sent state was not applied over the drifted copy (answer %v)", sink.msgs[0].GetIntentResult())
+	}
+}
+
+// TestRefusalsAreFinal: what retrying cannot fix is nacked as final (the
+// broker then waits for a change instead of retrying every few minutes).
+func TestRefusalsAreFinal(t *testing.T) {
+	gr := schema.GroupResource{Group: "svc.example", Resource: "things"}
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewInvalid(schema.GroupKind{Group: "svc.example", Kind: "Thing"}, "a", nil), false},
+		{apierrors.NewForbidden(gr, "a", nil), false},
+		{apierrors.NewBadRequest("bad"), false},
+		{apierrors.NewConflict(gr, "a", nil), true},
+		{apierrors.NewServiceUnavailable("down"), true},
+		{apierrors.NewTimeoutError("slow", 1), true},
+	}
+	for _, tc := range cases {
+		if got := retryable(tc.err); got != tc.want {
+			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestRenamedAgentDeletesItsOldCopies: a copy made under an earlier agent
+// name is not in this edge's watch (it selects by agent label), so a
+// delete used to be confirmed at once and the copy was left behind. It is
+// found where the naming rules put it, deleted, and only then confirmed.
+func TestRenamedAgentDeletesItsOldCopies(t *testing.T) {
+	key, remote := remoteThing()
+	rules, err := naming.Compile(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, name, err := rules.Local(remote, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := localCopy(remote)
+	old.SetNamespace(ns)
+	old.SetName(name)
+	old.SetLabels(objects.MergeStrings(naming.Labels("old-name", remote), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
+	e, _, sink := testEngine(t, true, old)
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
+		t.Fatalf("want one ack, got %v", sink.msgs)
+	}
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace(ns).Get(context.Background(), name, getOpts); !apierrors.IsNotFound(err) {
+		t.Fatalf("the copy of the earlier agent name is still there: %v", err)
+	}
+	got := reportsQueued(e)
+	if len(got) != 1 || got[0].GetDeletionConfirmation() == nil {
+		t.Fatalf("want a deletion confirmation after the delete, got %v", got)
+	}
+}
+
+// TestNotReadyRelatedIntentIsMatchable: a related intent answered "not
+// ready" before it reached applyRelated went back without related_to, so
+// the broker could not match the answer: the intent stayed in flight and
+// was never retried (a kcp-origin Secret never reached the service
+// cluster).
+func TestNotReadyRelatedIntentIsMatchable(t *testing.T) {
+	key, _ := remoteThing()
+	e, _, sink := testEngine(t, false)
+	rt := &ferryv1.RelatedTo{Primary: key, Identifier: "creds"}
+	e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "team", Name: "creds"}, PublishedResource: "pr",
+		RelatedTo: rt, Version: &ferryv1.ObjectVersion{Sequence: 3},
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
+	e.mu.Lock()
+	e.nsSynced = false // not ready
+	e.mu.Unlock()
+	runQueue(t, e)
+	if len(sink.msgs) != 1 {
+		t.Fatalf("want one answer, got %v", sink.msgs)
+	}
+	res := sink.msgs[0].GetIntentResult()
+	if res.GetError().GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY || !proto.Equal(res.GetRelatedTo(), rt) {
+		t.Fatalf("answer %v: want NOT_READY carrying related_to %v", res, rt)
+	}
+}

@@ -1,0 +1,69 @@
+package replication
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/ferry-dev/ferry/pkg/naming"
+)
+
+// TestShapeChangeReachesExistingCopies: a PublishedResource change that
+// shapes the copies (a new spec mutation) re-applies existing copies,
+// though the kcp content of their objects is unchanged: the inventory
+// reports copies applied under another shape as not applied (the broker
+// re-sends them through its window), and the re-sent intent is applied.
+func TestShapeChangeReachesExistingCopies(t *testing.T) {
+	key, remote := remoteThing()
+	withShape := func(name, shape string) *unstructured.Unstructured {
+		u := localCopy(remote)
+		u.SetName(name)
+		ann := u.GetAnnotations()
+		ann[naming.AnnotationContentHash] = "h1"
+		if shape != "" {
+			ann[naming.AnnotationShape] = shape
+		}
+		u.SetAnnotations(ann)
+		return u
+	}
+	e, w, _ := testEngine(t, true)
+	acceptApplies(e)
+	w.pub.Shape = "s2"
+	current, old := withShape("current", "s2"), withShape("old", "s1")
+	for _, u := range []*unstructured.Unstructured{current, old} {
+		if err := w.store.Add(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.mu.Lock()
+	e.sendInventoryLocked(w)
+	e.mu.Unlock()
+	got := map[string]string{}
+	for {
+		m, ok := e.Next()
+		if !ok {
+			break
+		}
+		for _, en := range m.GetInventory().GetEntries() {
+			got[en.GetLocalName()] = en.GetAppliedHash()
+		}
+	}
+	if got["current"] != "h1" || got["old"] != "" {
+		t.Fatalf("inventory applied hashes %v: want current=h1 and old unreported (applied under another shape)", got)
+	}
+
+	// The re-sent intent (same kcp content) is applied over the old shape.
+	e2, w2, _ := testEngine(t, true, old)
+	acceptApplies(e2)
+	w2.pub.Shape = "s2"
+	if err := w2.store.Add(old); err != nil {
+		t.Fatal(err)
+	}
+	key.Name = old.GetAnnotations()[naming.AnnotationName]
+	e2.Handle(upsertOf(key, 2, "h1", thingA))
+	runQueue(t, e2)
+	p := patches(t, e2)
+	if len(p) != 1 || p[0].GetAnnotations()[naming.AnnotationShape] != "s2" {
+		t.Fatalf("the copy was not applied again under the new shape (applies: %v)", p)
+	}
+}

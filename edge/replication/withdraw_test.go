@@ -1,0 +1,52 @@
+package replication
+
+import (
+	"testing"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+)
+
+// TestDeletesFlowWhileWithdrawn: while a PublishedResource is invalid
+// (withdrawn), the broker still sends deletes for objects deleted in kcp;
+// the edge deletes their copies (and confirms) but applies nothing new, so
+// no kcp object stays Terminating because its PublishedResource is broken.
+func TestDeletesFlowWhileWithdrawn(t *testing.T) {
+	key, remote := remoteThing()
+	cp := localCopy(remote)
+	e, w, sink := testEngine(t, true, cp)
+	acceptApplies(e)
+	if err := w.store.Add(cp); err != nil {
+		t.Fatal(err)
+	}
+	e.WithdrawPublished("pr")
+
+	other := &ferryv1.ObjectKey{Cluster: "c1", Resource: key.GetResource(), Namespace: "team", Name: "b", Uid: "u-b"}
+	e.Handle(upsertOf(other, 2, "h1", thingA))
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 3}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+	answers := map[string]*ferryv1.IntentResult{}
+	for _, m := range sink.msgs {
+		answers[m.GetIntentResult().GetKey().GetName()] = m.GetIntentResult()
+	}
+	if res := answers["a"]; res == nil || res.GetError() != nil {
+		t.Fatalf("the delete of a withdrawn resource's object was not carried out: %v", res)
+	}
+	if deletes(e) != 1 {
+		t.Fatalf("want the copy deleted, %d deletes", deletes(e))
+	}
+	if res := answers["b"]; res.GetError().GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED || !res.GetError().GetRetryable() {
+		t.Fatalf("an upsert of a withdrawn resource: %v, want a retryable NOT_PUBLISHED", res)
+	}
+	if len(patches(t, e)) != 0 {
+		t.Fatal("a withdrawn resource's object was applied")
+	}
+
+	// Published again: upserts apply.
+	e.SetPublished(w.pub)
+	e.Handle(upsertOf(other, 4, "h1", thingA))
+	runQueue(t, e)
+	if len(patches(t, e)) != 1 {
+		t.Fatal("the upsert was not applied after the resource was published again")
+	}
+}
