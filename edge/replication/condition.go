@@ -9,7 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // conditionFieldManager owns the Synced condition of PublishedResources;
@@ -30,7 +32,15 @@ type syncedCondition struct {
 // syncedConditionLocked is the Synced condition w's state calls for.
 func syncedConditionLocked(w *localWatch) syncedCondition {
 	if w.synced {
-		return syncedCondition{metav1.ConditionTrue, ferryv1alpha1.ReasonWatching, "the edge watches the local copies"}
+		msg := "the edge watches the local copies"
+		switch n := len(w.conflicts); n {
+		case 0:
+		case 1:
+			msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object)"
+		default:
+			msg += fmt.Sprintf("; %d objects are refused because their local names are taken by objects that are not their copies (see the SyncFailed Events on the kcp objects)", n)
+		}
+		return syncedCondition{metav1.ConditionTrue, ferryv1alpha1.ReasonWatching, msg}
 	}
 	if w.lastErr != nil {
 		return syncedCondition{metav1.ConditionFalse, ferryv1alpha1.ReasonLocalWatchFailed,
@@ -78,3 +88,34 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 func conditionKey(name string) string { return conditionKeyPrefix + name }
 
 func conditionName(k string) (string, bool) { return strings.CutPrefix(k, conditionKeyPrefix) }
+
+// countConflict keeps w's count of objects refused with a CONFLICT (their
+// local name is taken) up to date with res, the answer to in, and queues
+// the Synced condition when it changed.
+func (e *Engine) countConflict(in *ferryv1.SyncIntent, res *ferryv1.IntentResult) {
+	if in.GetRelatedTo() != nil {
+		return
+	}
+	_, w := e.forRemote(in.GetKey().GetResource())
+	if w == nil {
+		return
+	}
+	k := protocol.ObjectKeyString(in.GetKey())
+	conflict := res.GetError().GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT
+	e.mu.Lock()
+	_, was := w.conflicts[k]
+	switch {
+	case conflict && !was:
+		if w.conflicts == nil {
+			w.conflicts = map[string]struct{}{}
+		}
+		w.conflicts[k] = struct{}{}
+	case !conflict && was && (res.GetError() == nil || in.GetDelete() != nil):
+		delete(w.conflicts, k)
+	default:
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.queue.Add(conditionKey(w.pub.Name))
+}

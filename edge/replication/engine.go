@@ -138,6 +138,9 @@ type localWatch struct {
 	condition *syncedCondition
 	// withdrawn: the PublishedResource is invalid; only deletes are applied.
 	withdrawn bool
+	// conflicts are the objects (keys) refused with a CONFLICT: their local
+	// name is taken (counted in the Synced condition).
+	conflicts map[string]struct{}
 }
 
 // appliedCopy is one local copy as this engine last applied it.
@@ -425,6 +428,7 @@ func (e *Engine) next(ctx context.Context) bool {
 	}
 	e.opts.Metrics.IntentDone(in, res)
 	e.recordHandled(in, res)
+	e.countConflict(in, res)
 	e.result(res)
 	return true
 }

@@ -1,7 +1,10 @@
 package replication
 
 import (
+	"context"
+
 	"encoding/json"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"testing"
 
@@ -28,8 +31,8 @@ func patches(t *testing.T, e *Engine) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, a := range e.opts.Dynamic.(*dynamicfake.FakeDynamicClient).Actions() {
 		p, ok := a.(k8stesting.PatchAction)
-		if !ok {
-			continue
+		if !ok || a.GetResource().Resource == "publishedresources" {
+			continue // condition writes are not copies
 		}
 		u := &unstructured.Unstructured{}
 		if err := json.Unmarshal(p.GetPatch(), &u.Object); err != nil {
@@ -231,5 +234,43 @@ func TestConsumerCannotSetFerryMetadata(t *testing.T) {
 	}
 	if p[0].GetLabels()["app"] != "web" || p[0].GetAnnotations()["note"] != "kept" {
 		t.Errorf("the consumer's own metadata was lost: %v %v", p[0].GetLabels(), p[0].GetAnnotations())
+	}
+}
+
+// TestConflictsAreCountedOnThePublishedResource: objects refused because
+// their local name is taken are counted in the Synced condition of their
+// PublishedResource (the service owner sees them without reading Events in
+// every workspace); the count drops when the conflict is gone.
+func TestConflictsAreCountedOnThePublishedResource(t *testing.T) {
+	key, remote := remoteThing()
+	taken := atTarget(t, remote, func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"app": "db"}) })
+	e, _, _ := testEngine(t, true, taken)
+	acceptApplies(e)
+	conditionMessages := func() []string {
+		var out []string
+		for _, a := range e.opts.Dynamic.(*dynamicfake.FakeDynamicClient).Actions() {
+			p, ok := a.(k8stesting.PatchAction)
+			if !ok || a.GetResource().Resource != "publishedresources" {
+				continue
+			}
+			out = append(out, string(p.GetPatch()))
+		}
+		return out
+	}
+	e.Handle(upsertOf(key, 2, "h1", thingA))
+	runQueue(t, e)
+	got := conditionMessages()
+	if len(got) == 0 || !strings.Contains(got[len(got)-1], "1 object is refused") {
+		t.Fatalf("Synced condition writes %v: want the conflict counted", got)
+	}
+	// The service owner removes the object: the copy is made, the count goes.
+	if err := e.opts.Dynamic.Resource(localGVR).Namespace(taken.GetNamespace()).Delete(context.Background(), taken.GetName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.Handle(upsertOf(key, 3, "h1", thingA))
+	runQueue(t, e)
+	got = conditionMessages()
+	if last := got[len(got)-1]; strings.Contains(last, "refused") {
+		t.Fatalf("the conflict is still counted after it was resolved: %s", last)
 	}
 }
