@@ -46,7 +46,7 @@ func fieldIs(f, want string) func(*unstructured.Unstructured) (bool, string) {
 // PublishedResource is invalid, deletions still complete.
 func TestBookkeepingFollowsTheObjectsLifecycle(t *testing.T) {
 	ctx := context.Background()
-	e := newSyncEnv(t, "ledger.example.com", "Ledger", "ledgers", func(s *ferryv1alpha1.PublishedResourceSpec) {
+	e := newSyncEnv(t, "ledger.example.com", "Journal", "journals", func(s *ferryv1alpha1.PublishedResourceSpec) {
 		s.Filter = &ferryv1alpha1.ResourceFilter{Resource: &metav1.LabelSelector{MatchLabels: map[string]string{"sync": "yes"}}}
 	})
 
@@ -92,20 +92,20 @@ func TestBookkeepingFollowsTheObjectsLifecycle(t *testing.T) {
 	e.createRemote(t, "default", "goes", map[string]any{"fieldV1": "x"}, "sync=yes")
 	e.waitOneCopyOf(t, "goes", fieldIs("fieldV1", "x"))
 	spec := ferryv1alpha1.PublishedResourceSpec{
-		Resource: ferryv1alpha1.SourceResource{APIGroup: "ledger.example.com", Kind: "Ledger", Version: "v1"},
+		Resource: ferryv1alpha1.SourceResource{APIGroup: "ledger.example.com", Kind: "Journal", Version: "v1"},
 		Filter:   &ferryv1alpha1.ResourceFilter{Resource: &metav1.LabelSelector{MatchLabels: map[string]string{"sync": "yes"}}},
 	}
 	invalid := spec
 	invalid.Mutation = &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
 		{CEL: &ferryv1alpha1.CELMutation{Path: "spec.fieldV1", Expression: "self +"}},
 	}}
-	e.publish(t, "ledgers", invalid)
-	e.waitCondition(t, "ledgers", metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid)
+	e.publish(t, "journals", invalid)
+	e.waitCondition(t, "journals", metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid)
 	e.deleteRemoteAndWaitGone(t, "default", "goes")
 	e.waitNoLocalCopy(t, "default", "goes")
 	e.createRemote(t, "default", "meanwhile", map[string]any{"fieldV1": "m"}, "sync=yes")
-	e.publish(t, "ledgers", spec)
-	e.waitCondition(t, "ledgers", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
+	e.publish(t, "journals", spec)
+	e.waitCondition(t, "journals", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
 	e.waitOneCopyOf(t, "meanwhile", fieldIs("fieldV1", "m"))
 	e.waitOneCopyOf(t, "again", fieldIs("fieldV1", "same"))
 }

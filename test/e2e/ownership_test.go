@@ -26,19 +26,19 @@ func TestTenantsNeverOverwriteEachOthersCopies(t *testing.T) {
 		return &ferryv1alpha1.ResourceNaming{Namespace: shared, Name: naming.PlaceholderName, AllowNameCollisions: optIn}
 	}
 	envs := newSyncEnvs(t, "c", publication{
-		crd:  testCRD("owners.example.com", "Locker", "lockers", apiextensionsv1.NamespaceScoped, "v1"),
+		crd:  testCRD("owners.example.com", "Coffer", "coffers", apiextensionsv1.NamespaceScoped, "v1"),
 		spec: func(s *ferryv1alpha1.PublishedResourceSpec) { s.Naming = sharedNaming(true) },
 	})
 	first := envs[0]
 
 	// Without the opt-in the same rules are refused, and say how to opt in.
-	refusedCRD := testCRD("owners2.example.com", "Safe", "safes", apiextensionsv1.NamespaceScoped, "v1")
+	refusedCRD := testCRD("owners2.example.com", "Strongroom", "strongrooms", apiextensionsv1.NamespaceScoped, "v1")
 	apply(t, refusedCRD)
-	first.publish(t, "safes", ferryv1alpha1.PublishedResourceSpec{
-		Resource: ferryv1alpha1.SourceResource{APIGroup: refusedCRD.Spec.Group, Kind: "Safe", Version: "v1"},
+	first.publish(t, "strongrooms", ferryv1alpha1.PublishedResourceSpec{
+		Resource: ferryv1alpha1.SourceResource{APIGroup: refusedCRD.Spec.Group, Kind: "Strongroom", Version: "v1"},
 		Naming:   sharedNaming(false),
 	})
-	pr := first.waitCondition(t, "safes", metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid)
+	pr := first.waitCondition(t, "strongrooms", metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid)
 	if c := pr.Status.Conditions; len(c) == 0 || !strings.Contains(fmt.Sprint(c), "allowNameCollisions") {
 		t.Errorf("the refusal does not say how to opt in: %v", c)
 	}
@@ -61,7 +61,7 @@ func TestTenantsNeverOverwriteEachOthersCopies(t *testing.T) {
 
 	// A local object the service owner made is never written either.
 	own := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": first.localGVR.GroupVersion().String(), "kind": "Locker",
+		"apiVersion": first.localGVR.GroupVersion().String(), "kind": "Coffer",
 		"metadata": map[string]any{"name": "owned", "namespace": shared},
 		"spec":     map[string]any{"fieldV1": "service owner's"},
 	}}
