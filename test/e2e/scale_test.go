@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,11 +111,27 @@ func TestEngineAtScale(t *testing.T) {
 	}
 	t.Logf("all %d local copies exist %s after the first create", total, time.Since(start).Round(time.Millisecond))
 
-	// Settle: finalizers written, nothing queued for the edge.
-	err := framework.Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(context.Context) (bool, string) {
+	// Settle: finalizers written (the broker writes them beside the intents,
+	// not before them, so copies can exist first), nothing queued for the
+	// edge.
+	err := framework.Eventually(ctx, 2*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
 		st := e.engineStatus(t)
-		return st.GetObjects() == total && st.GetOutboxPending() == 0 && st.GetOutboxInFlight() == 0,
-			fmt.Sprintf("engine: %d objects, %d intents pending, %d in flight", st.GetObjects(), st.GetOutboxPending(), st.GetOutboxInFlight())
+		if st.GetObjects() != total || st.GetOutboxPending() != 0 || st.GetOutboxInFlight() != 0 {
+			return false, fmt.Sprintf("engine: %d objects, %d intents pending, %d in flight", st.GetObjects(), st.GetOutboxPending(), st.GetOutboxInFlight())
+		}
+		with := 0
+		for _, w := range s {
+			list, err := w.remote.Namespace("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, u := range list.Items {
+				if slices.Contains(u.GetFinalizers(), brokerFinalizer) {
+					with++
+				}
+			}
+		}
+		return with == total, fmt.Sprintf("%d of %d objects carry the broker's finalizer", with, total)
 	})
 	if err != nil {
 		t.Fatal(err)
