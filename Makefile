@@ -139,7 +139,7 @@ BENCH_OUT        ?= $(CURDIR)/_bench
 BENCH_PROFILES   ?=
 
 .PHONY: bench
-bench: tools ## Real-server benchmark: BENCH_WORKSPACES x BENCH_OBJECTS through the direct copy and through ferry (table, JSON, SVG in BENCH_OUT).
+bench: tools ## Real-server benchmark: BENCH_WORKSPACES x BENCH_OBJECTS through the floor, the direct copy and ferry (table, JSON, SVG in BENCH_OUT).
 	go build -o bin/bench/ferry-broker ./broker/cmd/ferry-broker
 	go build -o bin/bench/ferry-edge ./edge/cmd/ferry-edge
 	go build -o bin/bench/ferry-directcopy ./test/cmd/directcopy

@@ -2,8 +2,11 @@ package benchreport
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
+	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,12 +35,31 @@ func sample() Report {
 		}
 		return out
 	}
+	phase := func(name string, wall time.Duration, kcpCPU float64, verbs map[string]float64, latencies ...int) Phase {
+		p := NewPhase(name, 4, wall, ms(latencies...))
+		p.KCPCPUSeconds, p.KCPRequestsByVerb = kcpCPU, verbs
+		for _, n := range verbs {
+			p.KCPRequests += n
+		}
+		if name == "delete" {
+			p.SetLocalLatencies(ms(latencies...)[:2])
+		}
+		return p
+	}
 	return Report{Date: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC), Machine: "2 cores <test>", Workspaces: 1, PerWS: 4,
 		Runs: []Run{
-			{System: Direct, Phases: []Phase{NewPhase("create", 4, 2*time.Second, ms(400, 100, 200, 300))},
+			{System: Floor, Phases: []Phase{
+				phase("create", time.Second, 0.4, map[string]float64{"POST": 1}, 100, 200, 300, 400),
+				phase("delete", time.Second, 0.2, map[string]float64{"DELETE": 1}, 100, 200, 300, 400)},
+				Processes: []Process{{Name: "directcopy", PeakRSSBytes: 40 << 20, CPUSeconds: 1}}},
+			{System: Direct, Phases: []Phase{
+				phase("create", 2*time.Second, 0.8, map[string]float64{"POST": 1, "PATCH": 1}, 400, 100, 200, 300),
+				phase("delete", 2*time.Second, 0.6, map[string]float64{"DELETE": 1, "PATCH": 1}, 400, 100, 200, 300)},
 				Processes: []Process{{Name: "directcopy", PeakRSSBytes: 50 << 20, CPUSeconds: 2}}},
-			{System: Ferry, Phases: []Phase{NewPhase("create", 4, 3*time.Second, ms(500, 600, 700, 800)),
-				{Name: "edge-restart", WallSeconds: 0.5}},
+			{System: Ferry, Phases: []Phase{
+				phase("create", 3*time.Second, 1.2, map[string]float64{"POST": 1, "PATCH": 2}, 500, 600, 700, 800),
+				{Name: "edge-restart", WallSeconds: 0.5},
+				phase("delete", 4*time.Second, 0.6, map[string]float64{"DELETE": 1, "PATCH": 1}, 1500, 600, 700, 800)},
 				Processes: []Process{{Name: "ferry-broker", PeakRSSBytes: 40 << 20, CPUSeconds: 1}, {Name: "ferry-edge", PeakRSSBytes: 35 << 20, CPUSeconds: 2}}},
 		}}
 }
@@ -48,10 +70,67 @@ func TestTableShowsRatios(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"1.50x", "p50", "edge-restart", "75 MiB", "1.50x", "ferry-broker peak RSS 40 MiB"} {
+	for _, want := range []string{
+		"ferry/direct  ferry/floor", "3.00s         1.50x        3.00x", "p50", "edge-restart", "75 MiB", "ferry-broker peak RSS 40 MiB",
+		"kcp CPU/obj", "300.0ms", "kcp PATCH/obj", "kcp POST/obj", "local gone p50",
+		"create wall             3.00x (<= 2x)", "create p99              0.80s, floor 0.40s",
+		"delete local gone p50   0.60s, floor 0.10s", "kcp CPU per object      3.00x over create, update, status and delete; create 3.00x, delete 3.00x",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestAgainstFloor(t *testing.T) {
+	c, ok := sample().AgainstFloor()
+	want := FloorComparison{CreateWallRatio: 3, CreateP99: 0.8, FloorCreateP99: 0.4, DeleteWallRatio: 4,
+		DeleteLocalP50: 0.6, FloorDeleteLocalP50: 0.1, KCPCPUPerObjectRatio: 3, CreateKCPCPUPerObjectRatio: 3, DeleteKCPCPUPerObjectRatio: 3}
+	// Rounded: the CPU ratios are divisions of divisions.
+	round := func(c FloorComparison) FloorComparison {
+		for _, v := range []*float64{&c.KCPCPUPerObjectRatio, &c.CreateKCPCPUPerObjectRatio, &c.DeleteKCPCPUPerObjectRatio} {
+			*v = math.Round(*v*1e6) / 1e6
+		}
+		return c
+	}
+	if !ok || round(c) != want {
+		t.Errorf("got %+v, %v; want %+v", c, ok, want)
+	}
+	r := sample()
+	r.Runs = r.Runs[1:]
+	if _, ok := r.AgainstFloor(); ok {
+		t.Error("compared without a floor")
+	}
+	var b bytes.Buffer
+	if err := r.Table(&b); err != nil || strings.Contains(b.String(), "floor") {
+		t.Errorf("a report without a floor shows one (%v):\n%s", err, b.String())
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bench.json")
+	if err := sample().WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Runs []struct {
+			System string  `json:"system"`
+			Phases []Phase `json:"phases"`
+		} `json:"runs"`
+		AgainstFloor *FloorComparison `json:"againstFloor"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Runs) != 3 || got.AgainstFloor == nil || got.AgainstFloor.CreateWallRatio != 3 {
+		t.Fatalf("JSON %s", data)
+	}
+	if p := got.Runs[0].Phases[0]; p.KCPCPUSeconds != 0.4 || p.KCPRequestsByVerb["POST"] != 1 {
+		t.Errorf("floor create in JSON: %+v", p)
 	}
 }
 
@@ -72,8 +151,11 @@ func TestSVGIsWellFormed(t *testing.T) {
 			polylines++
 		}
 	}
-	if polylines != 2 {
-		t.Errorf("%d curves, want 2 (create: direct and ferry)", polylines)
+	if polylines != 9 {
+		t.Errorf("%d curves, want 9 (create: 3 systems; delete: 3 systems and their local copies gone)", polylines)
+	}
+	if !strings.Contains(svg, "ferry / floor: create wall 3.00x") {
+		t.Error("no comparison with the floor")
 	}
 	if !strings.Contains(svg, "2 cores &lt;test&gt;") {
 		t.Error("machine name not escaped")

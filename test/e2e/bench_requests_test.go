@@ -13,12 +13,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// apiRequests counts, from an API server's own apiserver_request_total,
-// the requests for one API group (every verb but WATCH, whose count is
-// the number of watches opened, not of changes). The bench reads it
-// before and after each phase on both servers: each side has groups of its
-// own, so the difference is that side's requests plus the harness's (one
-// write per object, one list per watch).
+// apiRequests counts by verb, from an API server's own
+// apiserver_request_total, the requests for one API group (every verb but
+// WATCH, whose count is the number of watches opened, not of changes). The
+// bench reads it before and after each phase on both servers: each side
+// has groups of its own, so the difference is that side's requests plus
+// the harness's (one write per object, one list per watch).
 type apiRequests struct {
 	client *http.Client
 	url    string
@@ -46,8 +46,8 @@ func kcpMetricsConfig(tb testing.TB) *rest.Config {
 	return cfg
 }
 
-// count returns the server's request count for the group so far.
-func (a *apiRequests) count(tb testing.TB) float64 {
+// count returns the server's request count for the group so far, by verb.
+func (a *apiRequests) count(tb testing.TB) requestCounts {
 	tb.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, a.url, nil)
 	if err != nil {
@@ -69,10 +69,34 @@ func (a *apiRequests) count(tb testing.TB) float64 {
 	return n
 }
 
-// sumRequests adds up apiserver_request_total for group in a Prometheus
-// text exposition, WATCH requests left out.
-func sumRequests(exposition, group string) (float64, error) {
+// requestCounts are request counts by verb.
+type requestCounts map[string]float64
+
+// total is the count over every verb.
+func (c requestCounts) total() float64 {
 	var sum float64
+	for _, n := range c {
+		sum += n
+	}
+	return sum
+}
+
+// perObject is c - before per object, by verb (verbs without requests
+// left out).
+func (c requestCounts) perObject(before requestCounts, objects int) map[string]float64 {
+	out := map[string]float64{}
+	for verb, n := range c {
+		if d := n - before[verb]; d > 0 {
+			out[verb] = d / float64(objects)
+		}
+	}
+	return out
+}
+
+// sumRequests adds up apiserver_request_total for group by verb in a
+// Prometheus text exposition, WATCH requests left out.
+func sumRequests(exposition, group string) (requestCounts, error) {
+	sum := requestCounts{}
 	for _, line := range strings.Split(exposition, "\n") {
 		if !strings.HasPrefix(line, "apiserver_request_total{") ||
 			!strings.Contains(line, `group="`+group+`"`) || strings.Contains(line, `verb="WATCH"`) {
@@ -81,9 +105,13 @@ func sumRequests(exposition, group string) (float64, error) {
 		i := strings.LastIndexByte(line, ' ')
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			return 0, fmt.Errorf("cannot parse %q: %w", line, err)
+			return nil, fmt.Errorf("cannot parse %q: %w", line, err)
 		}
-		sum += v
+		_, verb, ok := strings.Cut(line[:i], `verb="`)
+		if verb, _, ok = strings.Cut(verb, `"`); !ok || verb == "" {
+			return nil, fmt.Errorf("no verb in %q", line)
+		}
+		sum[verb] += v
 	}
 	return sum, nil
 }
@@ -91,13 +119,21 @@ func sumRequests(exposition, group string) (float64, error) {
 func TestSumRequests(t *testing.T) {
 	exposition := `# TYPE apiserver_request_total counter
 apiserver_request_total{code="200",group="a.example",resource="things",verb="PATCH"} 7
+apiserver_request_total{code="409",group="a.example",resource="things",verb="PATCH"} 1
 apiserver_request_total{code="201",group="a.example",resource="things",verb="POST"} 3
 apiserver_request_total{code="200",group="a.example",resource="things",verb="WATCH"} 100
 apiserver_request_total{code="200",group="b.example",resource="things",verb="PATCH"} 5
 apiserver_request_duration_seconds_count{group="a.example",verb="PATCH"} 7
 `
 	got, err := sumRequests(exposition, "a.example")
-	if err != nil || got != 10 {
-		t.Fatalf("got %v, %v; want 10", got, err)
+	if err != nil || got.total() != 11 || got["PATCH"] != 8 || got["POST"] != 3 || len(got) != 2 {
+		t.Fatalf("got %v, %v; want PATCH 8, POST 3", got, err)
+	}
+	per := requestCounts{"PATCH": 12, "POST": 3, "GET": 1}.perObject(got, 2)
+	if len(per) != 2 || per["PATCH"] != 2 || per["GET"] != 0.5 {
+		t.Errorf("per object: %v; want PATCH 2, GET 0.5", per)
+	}
+	if _, err := sumRequests(`apiserver_request_total{group="a.example"} 1`, "a.example"); err == nil {
+		t.Error("a line without a verb was counted")
 	}
 }

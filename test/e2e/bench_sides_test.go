@@ -30,12 +30,12 @@ import (
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
-// The two systems the bench compares, set up on the suite's servers.
+// The systems the bench compares, set up on the suite's servers.
 
 const (
 	benchKind   = "Parcel"
 	benchPlural = "parcels"
-	// directLabel marks (and names the workspace of) the direct copy's
+	// directLabel marks (and names the workspace of) the direct copies'
 	// local copies; test/cmd/directcopy sets it.
 	directLabel = "directcopy.ferry.dev/cluster"
 )
@@ -108,9 +108,10 @@ func localResource(tb testing.TB, gvr schema.GroupVersionResource) dynamic.Names
 }
 
 // newDirectSide publishes a CRD into an APIExport of its own with ferry's
-// publisher (so both sides serve the same schema), binds it in n
-// workspaces and starts the direct copy.
-func newDirectSide(tb testing.TB, n int) *benchSide {
+// publisher (so every side serves the same schema), binds it in n
+// workspaces and starts the direct copy: with its finalizer for
+// benchreport.Direct, without one for benchreport.Floor.
+func newDirectSide(tb testing.TB, n int, system string) *benchSide {
 	tb.Helper()
 	ctx := context.Background()
 	if env.bins.DirectCopy == "" {
@@ -119,7 +120,11 @@ func newDirectSide(tb testing.TB, n int) *benchSide {
 	if _, err := os.Stat(env.bins.DirectCopy); err != nil {
 		tb.Fatalf("the direct copy binary: %v (make bench builds it)", err)
 	}
-	group := benchGroup(tb, "direct")
+	prefix, name, args := "bd", "directcopy", []string(nil)
+	if system == benchreport.Floor {
+		prefix, name, args = "bn", "directcopy-floor", []string{"--finalizer="}
+	}
+	group := benchGroup(tb, system)
 	crd := testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")
 	apply(tb, crd)
 	localGVR := schema.GroupVersionResource{Group: group, Version: "v1", Resource: benchPlural}
@@ -158,22 +163,22 @@ func newDirectSide(tb testing.TB, n int) *benchSide {
 	sr := res.GetServedResource()
 	served := schema.GroupVersionResource{Group: sr.GetGroup(), Version: sr.GetVersion(), Resource: sr.GetResource()}
 	s := &benchSide{
-		system: benchreport.Direct, remoteGVR: served, remoteKind: res.GetProjectedKind(),
-		workspaces: benchWorkspaces(tb, "bd", group, served, n),
+		system: system, remoteGVR: served, remoteKind: res.GetProjectedKind(),
+		workspaces: benchWorkspaces(tb, prefix, group, served, n),
 		local:      local, localSelector: directLabel,
 		localKey:    func(u *unstructured.Unstructured) string { return benchKey(u.GetLabels()[directLabel], u.GetName()) },
 		usage:       map[string]benchreport.Usage{},
 		kcpRequests: newAPIRequests(tb, kcpMetricsConfig(tb), served.Group), localRequests: newAPIRequests(tb, env.service.Config, group),
 	}
 
-	p, err := framework.StartProcess("directcopy", env.bins.DirectCopy, []string{
+	p, err := framework.StartProcess(name, env.bins.DirectCopy, append([]string{
 		"--kcp-kubeconfig", env.kcp.Kubeconfig,
 		"--apiexport", env.provider.String() + "/" + group,
 		"--resource", served.Group + "/" + served.Version + "/" + served.Resource,
 		"--kubeconfig", env.service.Kubeconfig,
 		"--local-resource", group + "/v1/" + benchPlural,
 		"--local-kind", benchKind,
-	}, nil, testDir(tb))
+	}, args...), nil, testDir(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -26,10 +26,12 @@ import (
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
-// The bench: the same workload through the direct-copy baseline and through
-// ferry, on the suite's kcp and service cluster, phase by phase. Each side
-// has its own APIExport, CRD and consumer workspaces; both are measured the
-// same way, from the harness's writes to the changes its watches see.
+// The bench: the same workload through the floor (the direct copy without
+// a finalizer), the direct-copy baseline (with one) and ferry, on the
+// suite's kcp and service cluster, phase by phase. Each side has its own
+// APIExport, CRD and consumer workspaces; all are measured the same way,
+// from the harness's writes to the changes its watches see, and kcp's CPU
+// time over each phase is read from its process.
 
 // benchSize is W workspaces × N objects each.
 type benchSize struct{ workspaces, objects int }
@@ -76,7 +78,7 @@ type benchSide struct {
 	// resources in kcp and in the service cluster.
 	kcpRequests, localRequests *apiRequests
 	// wire counts the bytes between edge and broker (nil for the direct
-	// copy, which has no such hop).
+	// copies, which have no such hop).
 	wire *wireProxy
 	// usage holds the usage of incarnations that were killed.
 	usage map[string]benchreport.Usage
@@ -132,12 +134,17 @@ type observer struct {
 	mu      sync.Mutex
 	started map[string]time.Time
 	seen    map[string]int // bitmask of watches
+	first   []map[string]time.Time
 	done    map[string]time.Time
 	all     int
 }
 
 func newObserver(watches int) *observer {
-	return &observer{started: map[string]time.Time{}, seen: map[string]int{}, done: map[string]time.Time{}, all: 1<<watches - 1}
+	o := &observer{started: map[string]time.Time{}, seen: map[string]int{}, done: map[string]time.Time{}, all: 1<<watches - 1}
+	for range watches {
+		o.first = append(o.first, map[string]time.Time{})
+	}
+	return o
 }
 
 func (o *observer) start(key string, at time.Time) {
@@ -151,6 +158,9 @@ func (o *observer) saw(watch int, key string) {
 	defer o.mu.Unlock()
 	if _, ok := o.done[key]; ok {
 		return
+	}
+	if o.seen[key]&(1<<watch) == 0 {
+		o.first[watch][key] = time.Now()
 	}
 	o.seen[key] |= 1 << watch
 	if o.seen[key] == o.all {
@@ -168,13 +178,38 @@ func (o *observer) count() int {
 func (o *observer) latencies() []time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return since(o.started, o.done)
+}
+
+// latenciesOf are, for every object done, the time until watch saw it.
+func (o *observer) latenciesOf(watch int) []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at := map[string]time.Time{}
+	for k := range o.done {
+		at[k] = o.first[watch][k]
+	}
+	return since(o.started, at)
+}
+
+func since(started, at map[string]time.Time) []time.Duration {
 	var out []time.Duration
-	for k, t1 := range o.done {
-		if t0, ok := o.started[k]; ok {
+	for k, t1 := range at {
+		if t0, ok := started[k]; ok {
 			out = append(out, max(t1.Sub(t0), 0))
 		}
 	}
 	return out
+}
+
+// kcpCPUSeconds is the CPU time kcp's process has used so far.
+func kcpCPUSeconds(tb testing.TB) float64 {
+	tb.Helper()
+	u, err := benchreport.ReadUsage(env.kcp.Pid())
+	if err != nil {
+		tb.Fatalf("usage of kcp: %v", err)
+	}
+	return u.CPUSeconds
 }
 
 // watchFrom lists ri (so that only changes from now on count), then
@@ -259,6 +294,7 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 	}
 	total := len(names) * len(s.workspaces)
 	kcp0, local0, wire0 := s.kcpRequests.count(tb), s.localRequests.count(tb), s.wire.total()
+	kcpPid, kcpCPU0 := env.kcp.Pid(), kcpCPUSeconds(tb)
 	start := time.Now()
 	s.forEach(names, func(ws benchWorkspace, name string) {
 		obs.start(benchKey(ws.cluster, name), time.Now())
@@ -274,19 +310,48 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 		tb.Fatalf("%s, phase %s: %v", s.system, p.name, err)
 	}
 	phase := benchreport.NewPhase(p.name, total, time.Since(start), obs.latencies())
+	if p.local != nil && p.remote != nil {
+		phase.SetLocalLatencies(obs.latenciesOf(localWatch))
+	}
 	// Late requests (a finalizer released after the last watch event, a
 	// status echo) still count: wait for the counts to settle.
 	time.Sleep(time.Second)
-	phase.KCPRequests = (s.kcpRequests.count(tb) - kcp0) / float64(total)
-	phase.LocalRequests = (s.localRequests.count(tb) - local0) / float64(total)
+	kcp1, local1 := s.kcpRequests.count(tb), s.localRequests.count(tb)
+	phase.KCPRequests = (kcp1.total() - kcp0.total()) / float64(total)
+	phase.KCPRequestsByVerb = kcp1.perObject(kcp0, total)
+	phase.LocalRequests = (local1.total() - local0.total()) / float64(total)
+	phase.LocalRequestsByVerb = local1.perObject(local0, total)
 	phase.WireBytes = float64(s.wire.total()-wire0) / float64(total)
-	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs), requests per object: kcp %.2f, service cluster %.2f; %.0f bytes per object between edge and broker",
-		s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99, phase.KCPRequests, phase.LocalRequests, phase.WireBytes)
+	if env.kcp.Pid() != kcpPid {
+		tb.Fatalf("%s %s: kcp restarted during the phase; its CPU time cannot be measured", s.system, p.name)
+	}
+	phase.KCPCPUSeconds = kcpCPUSeconds(tb) - kcpCPU0
+	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs%s), kcp CPU %.1f ms per object, requests per object: kcp %.2f (%s), service cluster %.2f (%s); %.0f bytes per object between edge and broker",
+		s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99, localGone(phase), phase.KCPCPUPerObject()*1000,
+		phase.KCPRequests, byVerb(phase.KCPRequestsByVerb), phase.LocalRequests, byVerb(phase.LocalRequestsByVerb), phase.WireBytes)
 	return phase
 }
 
+// localGone is "; local gone p50 ..." for a phase that has it.
+func localGone(p benchreport.Phase) string {
+	if len(p.LocalLatencies) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; local gone p50 %.2fs, p99 %.2fs", p.LocalP50, p.LocalP99)
+}
+
+// byVerb formats requests per object by verb, sorted by verb.
+func byVerb(m map[string]float64) string {
+	var parts []string
+	for verb, n := range m {
+		parts = append(parts, fmt.Sprintf("%s %.2f", verb, n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
 // phases runs create, update, status and (after between) delete, the
-// workload both sides get.
+// workload every side gets.
 func (s *benchSide) phases(tb testing.TB, objects int, between func() []benchreport.Phase) []benchreport.Phase {
 	tb.Helper()
 	names := objectNames(objects)
@@ -414,16 +479,18 @@ func (s *benchSide) processUsage(tb testing.TB) []benchreport.Process {
 	return out
 }
 
-// runBench measures both sides with size and writes the report (table,
+// runBench measures every side with size and writes the report (table,
 // JSON, SVG) to out.
 func runBench(tb testing.TB, size benchSize, out string) benchreport.Report {
 	tb.Helper()
 	report := benchreport.Report{Date: time.Now().UTC(), Machine: machine(), Workspaces: size.workspaces, PerWS: size.objects}
 
-	direct := newDirectSide(tb, size.workspaces)
-	run := benchreport.Run{System: benchreport.Direct, Phases: direct.phases(tb, size.objects, nil)}
-	run.Processes = direct.processUsage(tb)
-	report.Runs = append(report.Runs, run)
+	for _, system := range []string{benchreport.Floor, benchreport.Direct} {
+		direct := newDirectSide(tb, size.workspaces, system)
+		run := benchreport.Run{System: system, Phases: direct.phases(tb, size.objects, nil)}
+		run.Processes = direct.processUsage(tb)
+		report.Runs = append(report.Runs, run)
+	}
 
 	var profiles *benchProfiles
 	if dir := os.Getenv("FERRY_BENCH_PROFILES"); dir != "" {
@@ -434,7 +501,7 @@ func runBench(tb testing.TB, size benchSize, out string) benchreport.Report {
 	}
 	ferry, fe := newFerrySide(tb, size.workspaces, profiles)
 	ferry.profiles = profiles
-	run = benchreport.Run{System: benchreport.Ferry}
+	run := benchreport.Run{System: benchreport.Ferry}
 	run.Phases = ferry.phases(tb, size.objects, func() []benchreport.Phase {
 		// Heap after create, update and status: every object cached.
 		profiles.fetch(tb, "heap", "heap")
@@ -487,7 +554,7 @@ func machine() string {
 }
 
 // BenchmarkSync is `make bench`: W workspaces × N objects (FERRY_BENCH_*)
-// through the direct copy and through ferry; results in FERRY_BENCH_OUT.
+// through the floor, the direct copy and ferry; results in FERRY_BENCH_OUT.
 func BenchmarkSync(b *testing.B) {
 	out := os.Getenv("FERRY_BENCH_OUT")
 	if out == "" {
@@ -498,16 +565,18 @@ func BenchmarkSync(b *testing.B) {
 	}
 }
 
-// TestBenchHarnessSmoke runs the bench at 2 × 5: the harness works, both
-// sides complete every phase, restarts write nothing, and the report is
-// written. Figures at this size mean nothing.
+// TestBenchHarnessSmoke runs the bench at 2 × 5: the harness works, every
+// side completes every phase, restarts write nothing, and the report is
+// written. Figures at this size mean nothing, except the requests the
+// floor saves by having no finalizer.
 func TestBenchHarnessSmoke(t *testing.T) {
 	out := filepath.Join(testDir(t), "bench")
 	report := runBench(t, benchSize{workspaces: 2, objects: 5}, out)
 	ferry, _ := report.Run(benchreport.Ferry)
 	direct, _ := report.Run(benchreport.Direct)
-	if len(direct.Phases) != 4 || len(ferry.Phases) != 6 {
-		t.Errorf("phases: direct %d, ferry %d; want 4 and 6", len(direct.Phases), len(ferry.Phases))
+	floor, _ := report.Run(benchreport.Floor)
+	if len(floor.Phases) != 4 || len(direct.Phases) != 4 || len(ferry.Phases) != 6 {
+		t.Errorf("phases: floor %d, direct %d, ferry %d; want 4, 4 and 6", len(floor.Phases), len(direct.Phases), len(ferry.Phases))
 	}
 	// Only the restart phases count writes (restartPhase): a restarted side
 	// resyncs without writing an unchanged object.
@@ -520,8 +589,37 @@ func TestBenchHarnessSmoke(t *testing.T) {
 		t.Errorf("ferry create: %.0f wire bytes, %.2f kcp and %.2f local requests per object; want all counted",
 			create.WireBytes, create.KCPRequests, create.LocalRequests)
 	}
-	if len(ferry.Processes) != 2 || ferry.PeakRSS() == 0 || direct.PeakRSS() == 0 {
-		t.Errorf("process usage: ferry %+v, direct %+v", ferry.Processes, direct.Processes)
+	// Every measured phase of every side has kcp's CPU and its requests by
+	// verb, and a delete has the time until the local copies were gone.
+	for _, run := range report.Runs {
+		for _, p := range run.Phases {
+			if len(p.Latencies) == 0 {
+				continue
+			}
+			if p.KCPCPUSeconds <= 0 || len(p.KCPRequestsByVerb) == 0 || len(p.LocalRequestsByVerb) == 0 {
+				t.Errorf("%s %s: kcp CPU %.2fs, kcp requests %v, local requests %v; want all measured",
+					run.System, p.Name, p.KCPCPUSeconds, p.KCPRequestsByVerb, p.LocalRequestsByVerb)
+			}
+			if p.Name == "delete" && (len(p.LocalLatencies) != p.Objects || p.LocalP50 <= 0) {
+				t.Errorf("%s delete: %d local-gone latencies for %d objects, p50 %.2fs", run.System, len(p.LocalLatencies), p.Objects, p.LocalP50)
+			}
+		}
+	}
+	// The floor writes no finalizer: creating and deleting cost kcp fewer
+	// requests than the direct copy's, and no PATCH at all.
+	for _, name := range []string{"create", "delete"} {
+		fp, _ := floor.Phase(name)
+		dp, _ := direct.Phase(name)
+		if fp.KCPRequests >= dp.KCPRequests || fp.KCPRequestsByVerb["PATCH"] != 0 {
+			t.Errorf("%s: floor %.2f kcp requests per object (%v), direct %.2f (%v); want fewer for the floor and no PATCH",
+				name, fp.KCPRequests, fp.KCPRequestsByVerb, dp.KCPRequests, dp.KCPRequestsByVerb)
+		}
+	}
+	if _, ok := report.AgainstFloor(); !ok {
+		t.Error("no comparison with the floor")
+	}
+	if len(ferry.Processes) != 2 || ferry.PeakRSS() == 0 || direct.PeakRSS() == 0 || floor.PeakRSS() == 0 {
+		t.Errorf("process usage: ferry %+v, direct %+v, floor %+v", ferry.Processes, direct.Processes, floor.Processes)
 	}
 	for _, f := range []string{"bench.txt", "bench.json", "bench.svg"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {

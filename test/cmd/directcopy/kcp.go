@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -105,14 +106,20 @@ func newKCPInformer(ri dynamic.NamespaceableResourceInterface, enqueue func(stri
 // reconcile brings the local copy of one kcp object in line with it.
 func (c *copier) reconcile(ctx context.Context, key string) error {
 	item, exists, err := c.kcpStore.GetByKey(key)
-	if err != nil || !exists {
-		return err // gone: our finalizer made us see its deletion first
+	if err != nil {
+		return err
+	}
+	if !exists {
+		if c.o.finalizer != "" {
+			return nil // gone: our finalizer made us see its deletion first
+		}
+		return c.deleteOrphan(ctx, key)
 	}
 	obj := item.(*unstructured.Unstructured)
 	cluster := logicalcluster.From(obj).String()
 	localKey := cluster + "/" + obj.GetName()
 	local := c.localCopy(localKey)
-	ours := slices.Contains(obj.GetFinalizers(), c.o.finalizer)
+	ours := c.o.finalizer != "" && slices.Contains(obj.GetFinalizers(), c.o.finalizer)
 
 	if obj.GetDeletionTimestamp() != nil {
 		gone, err := c.deleteLocal(ctx, cluster, obj.GetName(), local)
@@ -122,7 +129,7 @@ func (c *copier) reconcile(ctx context.Context, key string) error {
 		rest := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == c.o.finalizer })
 		return c.setFinalizers(ctx, cluster, obj, rest)
 	}
-	if !ours {
+	if !ours && c.o.finalizer != "" {
 		return c.setFinalizers(ctx, cluster, obj, append(slices.Clone(obj.GetFinalizers()), c.o.finalizer))
 	}
 	hash, err := specHash(obj.Object["spec"])
@@ -137,6 +144,46 @@ func (c *copier) reconcile(ctx context.Context, key string) error {
 		c.statusQueue.Add(localKey)
 	}
 	return nil
+}
+
+// deleteOrphan deletes the local copy of the kcp object key, which is
+// gone (without a finalizer: the watch's delete event, or a copy found by
+// sweep). A copy that belongs to an object of another kcp namespace with
+// the same name is left alone.
+func (c *copier) deleteOrphan(ctx context.Context, key string) error {
+	cluster, namespace, name, err := splitKCPKey(key)
+	if err != nil {
+		return err
+	}
+	local := c.localCopy(cluster + "/" + name)
+	if local != nil && local.GetLabels()[namespaceLabel] != namespace {
+		return nil
+	}
+	_, err = c.deleteLocal(ctx, cluster, name, local)
+	return err
+}
+
+// splitKCPKey is the inverse of kcpKey.
+func splitKCPKey(key string) (cluster, namespace, name string, err error) {
+	cluster, rest, ok := strings.Cut(key, "|")
+	if ok {
+		namespace, name, ok = strings.Cut(rest, "/")
+	}
+	if !ok || cluster == "" || name == "" {
+		return "", "", "", fmt.Errorf("malformed key %q", key)
+	}
+	return cluster, namespace, name, nil
+}
+
+// sweep enqueues the kcp object of every local copy in the cache, so that
+// copies whose object was deleted while we were not watching go too (only
+// without a finalizer: with one, kcp keeps such objects for us).
+func (c *copier) sweep() {
+	for _, item := range c.localInformer.GetStore().List() {
+		if u, ok := item.(*unstructured.Unstructured); ok && u.GetLabels()[clusterLabel] != "" {
+			c.kcpQueue.Add(kcpKey(u.GetLabels()[clusterLabel], u.GetLabels()[namespaceLabel], u.GetName()))
+		}
+	}
 }
 
 func (c *copier) localCopy(key string) *unstructured.Unstructured {

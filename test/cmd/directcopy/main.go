@@ -3,6 +3,14 @@
 // cluster directly, with no broker, edge or gRPC hop in between. Objects go
 // from kcp to the service cluster (namespace = logical cluster), status
 // comes back.
+//
+// By default it puts a finalizer on every kcp object and releases it once
+// the local copy is gone, as ferry does. With --finalizer "" it runs
+// without one, the physical floor of a copy: watch kcp, apply locally,
+// copy status back, and delete the local copy when the watch reports the
+// kcp object deleted (nothing to release). A deletion missed while it was
+// not running leaves the copy behind until it starts again: then every
+// local copy whose kcp object is gone is deleted.
 package main
 
 import (
@@ -62,7 +70,8 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&localResource, "local-resource", "", "Namespaced resource in the service cluster as group/version/plural (required).")
 	fs.StringVar(&o.localKind, "local-kind", "", "Kind of --local-resource (required).")
 	fs.IntVar(&o.workers, "workers", 4, "Workers for each direction.")
-	fs.StringVar(&o.finalizer, "finalizer", "directcopy.ferry.dev/copy", "Finalizer put on kcp objects until their local copy is gone.")
+	fs.StringVar(&o.finalizer, "finalizer", "directcopy.ferry.dev/copy",
+		`Finalizer put on kcp objects until their local copy is gone; "" for none (copies are deleted on the watch's delete event).`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			fmt.Fprint(os.Stdout, "Usage of directcopy:\n"+fs.FlagUsages())
@@ -75,7 +84,6 @@ func parseOptions(args []string) (*options, error) {
 	for _, r := range []struct{ flag, value string }{
 		{"kcp-kubeconfig", o.kcpKubeconfig}, {"apiexport", export}, {"resource", resource},
 		{"kubeconfig", o.kubeconfig}, {"local-resource", localResource}, {"local-kind", o.localKind},
-		{"finalizer", o.finalizer},
 	} {
 		if r.value == "" {
 			return nil, fmt.Errorf("--%s is required", r.flag)
@@ -268,7 +276,10 @@ func (c *copier) run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.kcpInformer.HasSynced, c.localInformer.HasSynced) {
 		return ctx.Err()
 	}
-	c.log.Info("caches synced, workers started", "workers", c.o.workers)
+	if c.o.finalizer == "" {
+		c.sweep()
+	}
+	c.log.Info("caches synced, workers started", "workers", c.o.workers, "finalizer", c.o.finalizer)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		watching.RunWorkers(ctx, c.kcpQueue, c.o.workers, func() bool { return c.process(ctx, c.kcpQueue, c.reconcile) })

@@ -66,6 +66,10 @@ func TestParseOptions(t *testing.T) {
 			t.Errorf("%v accepted", extra)
 		}
 	}
+	// An empty finalizer is the copy without one.
+	if o, err := parseOptions(append(append([]string{}, full...), "--finalizer", "")); err != nil || o.finalizer != "" {
+		t.Errorf(`--finalizer "": %+v, %v`, o, err)
+	}
 	if _, err := parseOptions([]string{"-h"}); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("-h: %v", err)
 	}
