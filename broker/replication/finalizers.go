@@ -3,8 +3,10 @@ package replication
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,8 +78,37 @@ func patchFinalizers(ctx context.Context, ri dynamic.ResourceInterface, obj *uns
 		return err
 	}
 	_, err = ri.Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
+	if objectGone(err, obj.GetName()) {
 		return nil
+	}
+	return notServedIsTransient(err)
+}
+
+// objectGone tells whether err is kcp saying that the object name does not
+// exist. A 404 that does not name it ("the server could not find the
+// requested resource") means the resource is not served (yet): kcp's
+// virtual workspace right after a restart.
+func objectGone(err error, name string) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &st) {
+		return false
+	}
+	d := st.Status().Details
+	return d != nil && d.Name == name && !strings.HasPrefix(st.Status().Message, resourceNotServedMessage)
+}
+
+// resourceNotServedMessage is the API server's 404 for a path it does not
+// serve (client-go also uses it for a 404 without a Status body).
+const resourceNotServedMessage = "the server could not find the requested resource"
+
+// notServedIsTransient turns a 404 that does not name the object (the
+// resource is not served yet) into an error that does not read as
+// NotFound, which callers take as final; other errors pass unchanged.
+func notServedIsTransient(err error) error {
+	var st apierrors.APIStatus
+	if apierrors.IsNotFound(err) && errors.As(err, &st) && (st.Status().Details == nil || st.Status().Details.Name == "" ||
+		strings.HasPrefix(st.Status().Message, resourceNotServedMessage)) {
+		return fmt.Errorf("kcp does not serve the resource at the moment (retrying): %s", err.Error())
 	}
 	return err
 }

@@ -104,7 +104,7 @@ func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.Objec
 		return false, err
 	}
 	_, err = ri.Patch(ctx, key.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
-	return err == nil, err
+	return err == nil, notServedIsTransient(err)
 }
 
 // ErrGone marks a report about an object that no longer exists in kcp
