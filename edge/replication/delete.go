@@ -71,10 +71,18 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		e.mu.Unlock()
 		return nack(in, classify(err), true, "%v", err)
 	}
+	// The UID precondition: exactly the copy checked above, never an object
+	// created at its name since the cache saw it.
 	policy := metav1.DeletePropagationBackground
-	err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(existing.GetNamespace()).Delete(ctx, existing.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
+	opts := metav1.DeleteOptions{PropagationPolicy: &policy}
+	if uid := existing.GetUID(); uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(existing.GetNamespace()).Delete(ctx, existing.GetName(), opts)
 	switch {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone, or replaced by another object (the UID precondition failed):
+		// this object's copy is gone either way.
 		e.mu.Lock()
 		delete(e.deleting, k)
 		e.confirmLocked(in)

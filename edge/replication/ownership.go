@@ -38,7 +38,7 @@ func isCopyOf(u *unstructured.Unstructured, remote naming.Remote) bool {
 // name, deleted and created again), or to one it replaced.
 func sameObject(u *unstructured.Unstructured, key *ferryv1.ObjectKey) bool {
 	uid := u.GetAnnotations()[naming.AnnotationUID]
-	return uid == "" || key.GetUid() == "" || uid == key.GetUid()
+	return uid != "" && uid == key.GetUid()
 }
 
 // claim checks the place a new copy of remote goes (ns/name, which the local

@@ -274,3 +274,27 @@ func TestConflictsAreCountedOnThePublishedResource(t *testing.T) {
 		t.Fatalf("the conflict is still counted after it was resolved: %s", last)
 	}
 }
+
+// TestDeleteNeedsTheCopysUID: a delete intent deletes a copy only when the
+// copy's annotations carry exactly the intent's kcp UID; a copy without it
+// (tampered, or of unknown origin) is left alone.
+func TestDeleteNeedsTheCopysUID(t *testing.T) {
+	key, remote := remoteThing()
+	cp := localCopy(remote)
+	ann := cp.GetAnnotations()
+	delete(ann, naming.AnnotationUID)
+	cp.SetAnnotations(ann)
+	e, w, sink := testEngine(t, true, cp)
+	if err := w.store.Add(cp); err != nil {
+		t.Fatal(err)
+	}
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 {
+		t.Fatalf("want one answer, got %v", sink.msgs)
+	}
+	if deletes(e) != 0 {
+		t.Fatal("a copy that does not carry the kcp object's UID was deleted")
+	}
+}
