@@ -341,10 +341,7 @@ func (l *ledger) rejectedOf(pr string) []objectID {
 // that; an object it does not list holds nothing.
 func (l *ledger) inventoried(pr string, entries map[objectID]string) {
 	l.forEach(pr, func(id objectID, r *record) {
-		h, listed := entries[id]
-		if !listed {
-			h = ""
-		}
+		h := entries[id] // "" when not listed
 		r.applied = h
 		if r.sent != h && r.sent != sentDelete {
 			// The edge does not hold what was sent last (its copy is gone,

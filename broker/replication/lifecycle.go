@@ -192,7 +192,7 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	if err := m.checkKey(pr, key); err != nil {
 		return err
 	}
-	obj, err := m.current(ctx, pr, key)
+	obj, err := m.cached(pr, key)
 	if err != nil {
 		return err
 	}

@@ -226,16 +226,6 @@ func (m *Manager) Syncs(key *ferryv1.ObjectKey) bool {
 	if !ok {
 		return false
 	}
-	m.mu.Lock()
-	w := m.running[pr]
-	m.mu.Unlock()
-	if w == nil {
-		return false
-	}
-	raw, exists, err := w.store.GetByKey(storeKey(key))
-	if err != nil || !exists {
-		return false
-	}
-	u, ok := raw.(*unstructured.Unstructured)
-	return ok && string(u.GetUID()) == key.GetUid()
+	obj, err := m.cached(pr, key)
+	return err == nil && obj != nil
 }

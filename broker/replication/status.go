@@ -15,18 +15,6 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 )
 
-// current returns the kcp object behind key from the cache, nil when it
-// is gone or was replaced by another object of the same name. kcp is not
-// asked: once the watch has listed (before, errNotListed: retried), the
-// cache holds every object the edge can know of — the edge learns objects
-// only from intents made from a cache, and a list after a (broker) restart
-// holds every object created before it; a cache lags only towards the
-// past, so an object it does not hold (by UID) is gone for good. A read per
-// report is what it saves kcp.
-func (m *Manager) current(_ context.Context, pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
-	return m.cached(pr, key)
-}
-
 // cached returns pr's cached kcp object behind key (nil when not cached or
 // replaced by another object of the same name).
 func (m *Manager) cached(pr string, key *ferryv1.ObjectKey) (*unstructured.Unstructured, error) {
@@ -78,7 +66,7 @@ func (m *Manager) WriteStatus(ctx context.Context, pr string, key *ferryv1.Objec
 	if err := utiljson.Unmarshal(status, &value); err != nil {
 		return false, fmt.Errorf("%w: status is not JSON: %v", ErrRefused, err)
 	}
-	obj, err := m.current(ctx, pr, key)
+	obj, err := m.cached(pr, key)
 	if err != nil {
 		return false, err
 	}

@@ -101,7 +101,9 @@ func (e *Engine) countConflict(in *ferryv1.SyncIntent, res *ferryv1.IntentResult
 		return
 	}
 	k := protocol.ObjectKeyString(in.GetKey())
-	conflict := res.GetError().GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT
+	// Final CONFLICTs only: the refusals of a taken name (claim); a 409 of
+	// the API server (retryable) is not one.
+	conflict := res.GetError().GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT && !res.GetError().GetRetryable()
 	e.mu.Lock()
 	_, was := w.conflicts[k]
 	switch {

@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -287,7 +288,9 @@ func (e *Engine) watchLocked(p *Published) {
 	w.store = informer.GetIndexer()
 	go informer.RunWithContext(ctx)
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		// The legacy cache too: until it has listed, a copy an earlier
+		// version made could be missed and a second copy made.
+		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced, legacy.HasSynced) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			w.synced, w.lastErr = true, nil
@@ -522,11 +525,16 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if err != nil {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "naming: %v", err)
 	}
+	// ownUID is the UID of the copy being written (none for a new one): the
+	// apply carries it as a precondition, so an object created at the name
+	// since it was checked is never written.
+	var ownUID types.UID
 	if existing != nil {
 		// Keep the object where it is even if naming rules changed since.
-		ns, name = existing.GetNamespace(), existing.GetName()
+		ns, name, ownUID = existing.GetNamespace(), existing.GetName(), existing.GetUID()
 	} else {
-		refusal, err := e.claim(ctx, pub, ns, name, remote)
+		claimed, refusal, err := e.claim(ctx, pub, ns, name, remote)
+		ownUID = claimed
 		if err != nil {
 			return nack(in, classify(err), true, "%v", err)
 		}
@@ -573,6 +581,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	}
 	local.SetAnnotations(ann)
 
+	local.SetUID(ownUID)
 	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if apierrors.IsNotFound(err) && ns != "" {
 		e.forgetNamespace(ns) // deleted behind our back; recreated on retry

@@ -140,8 +140,12 @@ func TestApplyWritesOnlyItsOwnCopy(t *testing.T) {
 				if n := len(patches(t, e)); n != 0 {
 					t.Fatalf("%d writes to an object that is not ferry's copy of this kcp object", n)
 				}
-			} else if res.GetError() != nil || len(patches(t, e)) != 1 {
+			} else if p := patches(t, e); res.GetError() != nil || len(p) != 1 {
 				t.Fatalf("answer %v: want the copy applied once", res)
+			} else if want := ""; tc.present != nil && string(p[0].GetUID()) != "local-uid" || tc.present == nil && string(p[0].GetUID()) != want {
+				// The apply carries the UID of the copy it checked as a
+				// precondition (none for a new copy).
+				t.Fatalf("apply with metadata.uid %q", p[0].GetUID())
 			}
 			if deletes(e) != 0 {
 				t.Fatal("deleted an object")

@@ -271,9 +271,13 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		}
 		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
 	}
+	if e.withdrawn(w) {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, true,
+			"PublishedResource %s is not valid at the moment (see its Published condition); only deletions are carried out", w.pub.Name)
+	}
 	pk := rt.GetPrimary()
-	primary := e.findLocal(w, naming.Remote{ClusterName: pk.GetCluster(), Namespace: pk.GetNamespace(), Name: pk.GetName(), UID: pk.GetUid()})
-	if primary == nil {
+	primary := e.findLocal(w, remoteOf(pk))
+	if primary == nil || !sameObject(primary, pk) {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE, true,
 			"related %q: the primary object has no copy in the service cluster (yet)", ref.Identifier)
 	}

@@ -3,6 +3,11 @@ package replication
 import (
 	"testing"
 
+	"k8s.io/client-go/tools/cache"
+
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/related"
+
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 )
 
@@ -48,5 +53,38 @@ func TestDeletesFlowWhileWithdrawn(t *testing.T) {
 	runQueue(t, e)
 	if len(patches(t, e)) != 1 {
 		t.Fatal("the upsert was not applied after the resource was published again")
+	}
+}
+
+// TestRelatedUpsertsWaitWhileWithdrawn: a kcp-origin related object is not
+// written while its PublishedResource is withdrawn (invalid).
+func TestRelatedUpsertsWaitWhileWithdrawn(t *testing.T) {
+	key, remote := remoteThing()
+	e, w, sink := testEngine(t, true)
+	acceptApplies(e)
+	cp := localCopy(remote)
+	if err := w.store.Add(cp); err != nil {
+		t.Fatal(err)
+	}
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
+		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "metadata.name"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pub.Related = []Related{{Reference: refs[0], Local: secretsGVR}}
+	e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"local-ns": {synced: true, cancel: func() {},
+		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})}}}
+	e.WithdrawPublished("pr")
+	e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "team", Name: "creds"}, PublishedResource: "pr",
+		RelatedTo: &ferryv1.RelatedTo{Primary: key, Identifier: "creds"}, Version: &ferryv1.ObjectVersion{Sequence: 3},
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{"data":{"k":"dg=="}}`)}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError().GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED {
+		t.Fatalf("want a NOT_PUBLISHED answer, got %v", sink.msgs)
+	}
+	if n := len(patches(t, e)); n != 0 {
+		t.Fatalf("%d related copies written while withdrawn", n)
 	}
 }
