@@ -105,7 +105,18 @@ func runInformer(ctx context.Context, lw *cache.ListWatch, store cache.Indexer, 
 
 // newStore returns a store keyed like runInformer expects.
 func newStore() cache.Indexer {
-	return cache.NewIndexer(clusterKey, cache.Indexers{})
+	return cache.NewIndexer(clusterKey, cache.Indexers{uidIndex: indexByUID})
+}
+
+// uidIndex indexes cached kcp objects by UID.
+const uidIndex = "uid"
+
+func indexByUID(obj any) ([]string, error) {
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	return []string{string(o.GetUID())}, nil
 }
 
 // clusterKeyOf is clusterKey of an object known to have metadata.

@@ -9,7 +9,6 @@ import (
 	"github.com/ferry-dev/ferry/pkg/logging"
 
 	"github.com/kcp-dev/logicalcluster/v3"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -97,8 +96,8 @@ func (m *Manager) deleteAllRelatedCopies(ctx context.Context, dyn dynamic.Interf
 			err := dyn.Resource(ref.Resource).Namespace(c.GetNamespace()).Delete(ctx, c.GetName(), metav1.DeleteOptions{
 				Preconditions: &metav1.Preconditions{UID: &uid},
 			})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("cannot delete related %s %s/%s in kcp: %w", ref.Resource, c.GetNamespace(), c.GetName(), err)
+			if err != nil && !objectGone(err, c.GetName()) {
+				return fmt.Errorf("cannot delete related %s %s/%s in kcp: %w", ref.Resource, c.GetNamespace(), c.GetName(), notServedIsTransient(err))
 			}
 		}
 	}
@@ -205,8 +204,13 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 			return fmt.Errorf("%w: %s", ErrNotDeleting, KeyString(key))
 		}
 	}
-	if err := m.deleteRelatedCopies(ctx, pr, key); err != nil {
-		return err
+	// The related copies in kcp are found by the primary's UID: only when
+	// no cached object holds that UID (the edge names a UID, and a name
+	// that is not its object's, and the copies are a live object's).
+	if obj != nil || !m.uidCached(pr, key.GetUid()) {
+		if err := m.deleteRelatedCopies(ctx, pr, key); err != nil {
+			return err
+		}
 	}
 	if err := m.releaseFinalizer(ctx, key, obj); err != nil {
 		return err
@@ -265,4 +269,17 @@ func (m *Manager) releaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey, 
 	}
 	r := key.GetResource()
 	return RemoveFinalizer(ctx, m.client, key.GetCluster(), schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}, obj, m.finalizer)
+}
+
+// uidCached tells whether pr's cache holds an object with uid (under any
+// name).
+func (m *Manager) uidCached(pr, uid string) bool {
+	m.mu.Lock()
+	w, ok := m.running[pr]
+	m.mu.Unlock()
+	if !ok || uid == "" {
+		return false
+	}
+	objs, err := w.store.ByIndex(uidIndex, uid)
+	return err == nil && len(objs) > 0
 }

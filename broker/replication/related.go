@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -493,7 +494,7 @@ func (m *Manager) deleteCopies(ctx context.Context, gvr schema.GroupVersionResou
 		}
 		uid := c.GetUID()
 		err = client.Resource(gvr).Namespace(c.GetNamespace()).Delete(ctx, c.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if err != nil && !objectGone(err, c.GetName()) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("cannot delete related %s %s/%s: %w", c.GetKind(), c.GetNamespace(), c.GetName(), err)
 		}
 	}
@@ -549,6 +550,8 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 				continue
 			}
 		}
+		// Only copies in the primary's own workspace: a UID names one object.
+		copies = slices.DeleteFunc(copies, func(c *unstructured.Unstructured) bool { return logicalcluster.From(c).String() != key.GetCluster() })
 		if err := m.deleteCopies(ctx, rw.gvr, copies, nil); err != nil {
 			return err
 		}
