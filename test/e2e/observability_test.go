@@ -32,6 +32,10 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		e.createRemote(t, "default", fmt.Sprintf("m%d", i), map[string]any{"fieldV1": "x"})
 	}
 	for i := range n {
+		// Synced: the copy exists and the broker's finalizer landed (it is
+		// written beside the intent, and a status write racing it makes it
+		// retry, which this test does not count on).
+		e.waitFinalizer(t, "default", fmt.Sprintf("m%d", i), true)
 		local := e.waitLocal(t, "default", fmt.Sprintf("m%d", i), func(*unstructured.Unstructured) (bool, string) { return true, "" })
 		_ = unstructured.SetNestedField(local.Object, "Ready", "status", "phase")
 		if _, err := e.local.Namespace(local.GetNamespace()).UpdateStatus(ctx, local, metav1.UpdateOptions{}); err != nil {
