@@ -294,6 +294,11 @@ func TestSupervisorRetriesAFailedStart(t *testing.T) {
 	stop := s.supervise(t.Context(), first)
 	close(first.exited)
 	c := <-started
+	// The start function hands the child over before the supervisor takes
+	// it on: wait for that, not for the scheduler.
+	for deadline := time.Now().Add(5 * time.Second); s.Pid() != c.pid && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if err := stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
