@@ -126,12 +126,24 @@ func New(o Options) *Engine {
 	return e
 }
 
+// objectWorkers process kcp objects into intents (mostly local work: the
+// intents go to the outbox, finalizers to their own queue).
+const objectWorkers = 4
+
+// reportWorkers write the edge's reports into kcp: statuses and, on
+// delete, the finalizer releases that end a deletion. Each is one request
+// that kcp's virtual workspace forwards as a GET and a PUT, so a worker
+// spends most of its time waiting on kcp; with few workers the releases
+// queue behind the consumer's own deletes and the kcp objects stay
+// Terminating long after their local copies are gone.
+const reportWorkers = 16
+
 // Run runs the engine until ctx ends and returns when all its goroutines
 // have stopped.
 func (e *Engine) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { e.mgr.Run(ctx, 4) })
-	wg.Go(func() { e.reports.run(ctx, 4) })
+	wg.Go(func() { e.mgr.Run(ctx, objectWorkers) })
+	wg.Go(func() { e.reports.run(ctx, reportWorkers) })
 	wg.Go(func() { e.publisher.run(ctx) })
 	wg.Go(func() { e.opts.Watcher.WatchVirtualWorkspace(ctx, e.opts.Export, e.virtualWorkspaceChanged) })
 	wg.Wait()
