@@ -308,3 +308,74 @@ func TestResentRelatedIntentRepairsOnlyAnEditedCopy(t *testing.T) {
 		})
 	}
 }
+
+// TestInventoryListsRelatedCopies: the inventory lists the kcp-origin
+// related copies the edge holds with the hash of the content applied, so
+// the broker does not send them again after a reconnect; an edited copy is
+// listed without one (sent again), and while a related cache has not
+// listed the list is not complete.
+func TestInventoryListsRelatedCopies(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		edit     func(u *unstructured.Unstructured)
+		unsynced bool
+		wantHash bool
+	}{
+		{name: "intact copy", edit: func(*unstructured.Unstructured) {}, wantHash: true},
+		{name: "edited copy", edit: func(u *unstructured.Unstructured) {
+			u.Object["data"] = map[string]any{"password": "dGFtcGVyZWQ="}
+			takenOver(u, withoutPassword)
+		}},
+		{name: "related cache not listed", edit: func(*unstructured.Unstructured) {}, unsynced: true, wantHash: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, w, _ := testEngine(t, true)
+			w.pub.Related = []Related{kcpCredsRef(t)}
+			primary := primaryIn("c1", "local-ns", "a-copy", "creds")
+			primary.SetLabels(objects.MergeStrings(primary.GetLabels(), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
+			if err := w.store.Add(primary); err != nil {
+				t.Fatal(err)
+			}
+			space := &relatedSpace{synced: !tc.unsynced, cancel: func() {},
+				store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})}
+			e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"local-ns": space}}
+			u := relatedCopy("nora", primary)
+			u.SetAnnotations(objects.MergeStrings(u.GetAnnotations(), naming.Annotations(naming.Remote{Namespace: "default", Name: "creds", UID: "u-s"})))
+			tc.edit(u)
+			cached, err := e.relatedTransform(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := space.store.Add(cached); err != nil {
+				t.Fatal(err)
+			}
+			e.Connected(&recordingSink{})
+			var got []*ferryv1.RelatedInventoryEntry
+			complete := false
+			for {
+				m, ok := e.Next()
+				if !ok {
+					break
+				}
+				if inv := m.GetInventory(); inv != nil {
+					got = append(got, inv.GetRelatedEntries()...)
+					complete = complete || inv.GetRelatedComplete()
+				}
+			}
+			if len(got) != 1 {
+				t.Fatalf("related entries %v, want one", got)
+			}
+			entry := got[0]
+			if k := entry.GetKey(); k.GetCluster() != "c1" || k.GetNamespace() != "default" || k.GetName() != "creds" || k.GetUid() != "u-s" ||
+				entry.GetRelatedTo().GetIdentifier() != "creds" || entry.GetRelatedTo().GetPrimary().GetUid() != primary.GetAnnotations()[naming.AnnotationUID] {
+				t.Errorf("entry %v does not name the kcp object and the reference", entry)
+			}
+			if want := u.GetAnnotations()[naming.AnnotationContentHash]; (entry.GetAppliedHash() == want) != tc.wantHash || (!tc.wantHash && entry.GetAppliedHash() != "") {
+				t.Errorf("applied hash %q, want the applied content's (%v)", entry.GetAppliedHash(), tc.wantHash)
+			}
+			if complete == tc.unsynced {
+				t.Errorf("related_complete %v with the related cache listed: %v", complete, !tc.unsynced)
+			}
+		})
+	}
+}
