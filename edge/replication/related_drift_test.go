@@ -379,3 +379,8 @@ func TestInventoryListsRelatedCopies(t *testing.T) {
 		})
 	}
 }
+
+// newRelatedStore is a related cache's store.
+func newRelatedStore() cache.Indexer {
+	return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})
+}
