@@ -646,8 +646,8 @@ func withoutKCPInternal(m map[string]string) map[string]string {
 }
 
 // ResendRelated sends a kcp-origin related object again though it did not
-// change in kcp: the edge's copy was deleted outside ferry and the edge
-// keeps no content to repair it from.
+// change in kcp: the edge's copy was deleted or edited outside ferry and
+// the edge keeps no content to repair it from.
 func (m *Manager) ResendRelated(pr string, rt *ferryv1.RelatedTo) {
 	it := item{pr: pr, key: storeKey(rt.GetPrimary()), related: rt.GetIdentifier()}
 	m.mu.Lock()
