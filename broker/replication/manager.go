@@ -165,7 +165,9 @@ type Manager struct {
 	// related objects (related.go)
 	relWatchers map[schema.GroupVersionResource]*relatedWatcher
 	relRefs     *refindex.Index[item] // where each kcp-origin reference points
-	relSent     map[item]string       // what was last sent per reference on this stream
+	// relSent records what the edge holds or was sent per kcp-origin
+	// reference on this stream (related_sent.go).
+	relSent *relatedSent
 	// rejected holds references whose last intent the edge refused with a
 	// final error: not sent again until the kcp object or the
 	// PublishedResource changes (Ensure). Primaries: the ledger.
@@ -215,7 +217,7 @@ func NewManager(o Options) *Manager {
 		paths:       map[string]string{},
 		relWatchers: map[schema.GroupVersionResource]*relatedWatcher{},
 		relRefs:     refindex.New[item](),
-		relSent:     map[item]string{},
+		relSent:     newRelatedSent(),
 		rejected:    map[item]struct{}{},
 		relNotes:    map[item]string{},
 		relReports:  map[item]*ferryv1.RelatedObjectReport{},
@@ -296,7 +298,7 @@ func (m *Manager) Ensure(res Resource) {
 	for it := range m.rejected {
 		if it.pr == pr {
 			delete(m.rejected, it)
-			delete(m.relSent, it)
+			m.relSent.again(it)
 			m.queue.Add(it)
 		}
 	}
@@ -386,7 +388,7 @@ func (m *Manager) Attach() {
 	clear(m.inventory)
 	clear(m.unlisted)
 	m.ledger.streamAttached()
-	clear(m.relSent)
+	m.relSent.streamAttached()
 	for pr := range m.desired {
 		m.gateLocked(pr)
 	}
@@ -476,6 +478,8 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 		// not: one that is gone gets a delete intent (see gone).
 		m.ledger.copyListed(id, e.GetKey())
 	}
+	// The related copies it holds: not sent again while unchanged.
+	m.relSent.inventoried(pr, inv.GetRelatedEntries(), inv.GetComplete() && inv.GetRelatedComplete())
 	if !inv.GetComplete() {
 		return
 	}
@@ -554,6 +558,7 @@ func (m *Manager) Remove(pr string) {
 	delete(m.inventory, pr)
 	delete(m.unlisted, pr)
 	m.ledger.forget(pr)
+	m.relSent.forgetResource(pr)
 	for it := range m.rejected {
 		if it.pr == pr {
 			delete(m.rejected, it)
@@ -1010,7 +1015,7 @@ func (m *Manager) Applied(pr string, in *ferryv1.SyncIntent) {
 func (m *Manager) RetryRelated(pr string, rt *ferryv1.RelatedTo) time.Duration {
 	it := item{pr: pr, key: storeKey(rt.GetPrimary()), related: rt.GetIdentifier()}
 	m.mu.Lock()
-	delete(m.relSent, it)
+	m.relSent.again(it)
 	m.mu.Unlock()
 	d := m.nacks.When(it)
 	m.queue.AddAfter(it, d)

@@ -180,6 +180,9 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	w, running := m.running[it.pr]
 	res := m.desired[it.pr]
 	applied := m.ledger.appliedAt(item{pr: it.pr, key: it.key})
+	// Held, like the primaries, until the edge's inventory tells what it
+	// holds (openLocked requeues the primaries, and they their references).
+	open := m.open[it.pr]
 	m.mu.Unlock()
 	ref := res.related(it.related)
 	if running && ref != nil && ref.Origin == ferryv1alpha1.OriginService {
@@ -191,14 +194,14 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		}
 		return m.WriteRelated(ctx, it.pr, r)
 	}
-	if !running || ref == nil || ref.Origin != ferryv1alpha1.OriginKCP || !applied {
+	if !running || ref == nil || ref.Origin != ferryv1alpha1.OriginKCP || !applied || !open {
 		return nil
 	}
 	raw, exists, err := w.store.GetByKey(it.key)
 	if err != nil || !exists {
 		m.mu.Lock()
 		m.relRefs.Point(it, "")
-		delete(m.relSent, it)
+		m.relSent.forget(it)
 		delete(m.relNotes, it)
 		m.mu.Unlock()
 		return err
@@ -236,7 +239,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	if err != nil {
 		return err
 	}
-	sent := "delete"
+	sent := relatedDeleted
 	if exists {
 		src := raw.(*unstructured.Unstructured)
 		data, err := json.Marshal(objects.RelatedContent(src).Object)
@@ -246,7 +249,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		in.Key.Uid = string(src.GetUID())
 		in.Version.ResourceVersion = src.GetResourceVersion()
 		in.Operation = &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: data}}
-		sent = srcKey + "@" + src.GetResourceVersion()
+		sent = relatedState(cluster, ns, name, string(src.GetUID()), objects.RelatedHash(src))
 		m.clearNote(it)
 	} else {
 		in.Operation = &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}
@@ -254,11 +257,15 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 			fmt.Sprintf("related %q: waiting for %s %s/%s in this workspace", ref.Identifier, ref.Kind.Kind, ns, name))
 	}
 	m.mu.Lock()
-	same := m.relSent[it] == sent
-	m.relSent[it] = sent
+	send, drop := m.relSent.next(it, primaryKey.GetUid(), sent)
 	m.mu.Unlock()
-	if !same {
+	switch {
+	case send:
 		m.opts.Outbox.Put(in)
+	case drop:
+		// The edge's inventory shows it holds this state: an intent the
+		// previous stream did not deliver is obsolete.
+		m.opts.Outbox.Drop(in.GetKey(), in.GetRelatedTo())
 	}
 	return nil
 }
@@ -639,12 +646,12 @@ func withoutKCPInternal(m map[string]string) map[string]string {
 }
 
 // ResendRelated sends a kcp-origin related object again though it did not
-// change in kcp: the edge's copy was deleted outside ferry and the edge
-// keeps no content to repair it from.
+// change in kcp: the edge's copy was deleted or edited outside ferry and
+// the edge keeps no content to repair it from.
 func (m *Manager) ResendRelated(pr string, rt *ferryv1.RelatedTo) {
 	it := item{pr: pr, key: storeKey(rt.GetPrimary()), related: rt.GetIdentifier()}
 	m.mu.Lock()
-	delete(m.relSent, it)
+	m.relSent.again(it)
 	m.mu.Unlock()
 	m.queue.Add(it)
 }

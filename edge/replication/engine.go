@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
 
@@ -119,6 +120,10 @@ type Engine struct {
 	// relWaiting holds references waiting for a related informer to list
 	// (by waitKey).
 	relWaiting map[string]map[relKey]struct{}
+	// relParked holds, per primary (object key), the related upserts
+	// waiting for the cache to hold the primary as applied, since when
+	// (related_placement.go).
+	relParked map[string]map[string]time.Time
 
 	// admin is the admin view's bookkeeping (objectstate.go).
 	admin adminState
@@ -176,6 +181,7 @@ func NewEngine(o Options) *Engine {
 		relRefs:     refindex.New[relKey](),
 		relSum:      map[relKey][32]byte{},
 		relWaiting:  map[string]map[relKey]struct{}{},
+		relParked:   map[string]map[string]time.Time{},
 	}
 }
 
@@ -364,6 +370,7 @@ func (e *Engine) Disconnected() {
 	e.sink = nil
 	e.pre = nil
 	clear(e.latest)
+	clear(e.relParked) // the broker re-sends them
 }
 
 // result sends an intent's answer on the control lane; without a stream it
@@ -420,7 +427,15 @@ func (e *Engine) next(ctx context.Context) bool {
 	}
 	var res *ferryv1.IntentResult
 	if in.GetRelatedTo() != nil {
-		res = e.applyRelated(ctx, in)
+		wait, answer := e.waitForPrimary(k, in)
+		switch {
+		case wait:
+			return true // processed again on the primary's informer event
+		case answer != nil:
+			res = answer
+		default:
+			res = e.applyRelated(ctx, in)
+		}
 		res.RelatedTo = in.GetRelatedTo()
 	} else {
 		res = e.apply(ctx, in)
@@ -618,6 +633,9 @@ func (e *Engine) localChanged(w *localWatch, old, obj any) {
 	e.repairIfDrifted(w, old, obj)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		e.primaryCachedLocked(w, u)
+	}
 	e.reportStatusLocked(w, obj)
 	e.reportRelatedLocked(w, obj)
 }

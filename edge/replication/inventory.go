@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 )
@@ -72,37 +73,100 @@ func (e *Engine) sendInventoryLocked(w *localWatch) {
 			LocalName:              u.GetName(),
 		})
 	}
-	e.pre = append(e.pre, inventoryMessages(w.pub.Name, entries, messageLimit(e.sink))...)
+	related, relatedComplete := e.relatedInventoryLocked(w)
+	e.pre = append(e.pre, inventoryMessages(&ferryv1.Inventory{PublishedResource: w.pub.Name, Entries: entries,
+		RelatedEntries: related, RelatedComplete: relatedComplete}, messageLimit(e.sink))...)
 	e.opts.Wake()
 }
 
-// inventoryMessages cuts one PublishedResource's inventory into messages of
-// at most limit bytes each (proto.Size of the ConnectRequest): the broker
-// refuses larger ones. Each message holds at least one entry, so an entry
-// too large on its own still goes out alone (the stream reports it as too
-// large) instead of stalling the rest. The last message is complete; no
+// inventoryMessages cuts one PublishedResource's inventory (all its
+// entries and related entries) into messages of at most limit bytes each
+// (proto.Size of the ConnectRequest): the broker refuses larger ones. Each
+// message holds at least one entry, so an entry too large on its own still
+// goes out alone (the stream reports it as too large) instead of stalling
+// the rest. The last message is complete (and carries related_complete); no
 // entries make one empty, complete message.
-func inventoryMessages(pub string, entries []*ferryv1.InventoryEntry, limit int) []*ferryv1.ConnectRequest {
-	message := func(chunk []*ferryv1.InventoryEntry, complete bool) *ferryv1.ConnectRequest {
-		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Inventory{Inventory: &ferryv1.Inventory{
-			PublishedResource: pub, Entries: chunk, Complete: complete,
-		}}}
+func inventoryMessages(all *ferryv1.Inventory, limit int) []*ferryv1.ConnectRequest {
+	message := func(inv *ferryv1.Inventory) *ferryv1.ConnectRequest {
+		inv.PublishedResource = all.GetPublishedResource()
+		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Inventory{Inventory: inv}}
 	}
 	// An empty complete message, with room for the Inventory's length
 	// prefix to grow to what a message of limit bytes needs.
-	base := proto.Size(message(nil, true)) + protowire.SizeVarint(uint64(max(limit, 0)))
-	const entriesField = 1 // Inventory.entries
+	base := proto.Size(message(&ferryv1.Inventory{Complete: true, RelatedComplete: true})) + protowire.SizeVarint(uint64(max(limit, 0)))
+	const entriesField, relatedField = 1, 4 // Inventory.entries, Inventory.related_entries
 	var out []*ferryv1.ConnectRequest
-	var chunk []*ferryv1.InventoryEntry
-	size := base
-	for _, entry := range entries {
-		n := protowire.SizeTag(entriesField) + protowire.SizeBytes(proto.Size(entry))
-		if len(chunk) > 0 && size+n > limit {
-			out = append(out, message(chunk, false))
-			chunk, size = nil, base
+	chunk := &ferryv1.Inventory{}
+	size, n := base, 0
+	add := func(field protowire.Number, entry proto.Message, put func()) {
+		m := protowire.SizeTag(field) + protowire.SizeBytes(proto.Size(entry))
+		if n > 0 && size+m > limit {
+			out = append(out, message(chunk))
+			chunk, size, n = &ferryv1.Inventory{}, base, 0
 		}
-		chunk = append(chunk, entry)
-		size += n
+		put()
+		size += m
+		n++
 	}
-	return append(out, message(chunk, true))
+	for _, entry := range all.GetEntries() {
+		add(entriesField, entry, func() { chunk.Entries = append(chunk.Entries, entry) })
+	}
+	for _, entry := range all.GetRelatedEntries() {
+		add(relatedField, entry, func() { chunk.RelatedEntries = append(chunk.RelatedEntries, entry) })
+	}
+	chunk.Complete, chunk.RelatedComplete = true, all.GetRelatedComplete()
+	return append(out, message(chunk))
+}
+
+// relatedInventoryLocked lists the copies of kcp-origin related objects
+// this agent holds for w's copies, with the hash of the content applied
+// (none for a copy edited locally, or for a reference with more than one
+// copy: the broker sends those again), and tells whether the list is
+// complete (the caches of the related kinds have listed).
+func (e *Engine) relatedInventoryLocked(w *localWatch) ([]*ferryv1.RelatedInventoryEntry, bool) {
+	complete := true
+	var out []*ferryv1.RelatedInventoryEntry
+	for i := range w.pub.Related {
+		ref := &w.pub.Related[i]
+		if ref.Origin != ferryv1alpha1.OriginKCP {
+			continue
+		}
+		rw := e.relWatches[ref.Local]
+		if rw == nil || !rw.allSynced() {
+			complete = false
+		}
+		if rw == nil {
+			continue
+		}
+		for _, o := range w.store.List() {
+			primary, ok := o.(*unstructured.Unstructured)
+			if !ok || primary.GetLabels()[naming.LabelRemoteResource] != w.pub.resourceLabel() {
+				continue
+			}
+			remote, ok := naming.RemoteFrom(primary.GetLabels(), primary.GetAnnotations())
+			if !ok || remote.UID == "" {
+				continue
+			}
+			copies := rw.owned(remote.UID + "|" + ref.Identifier)
+			if len(copies) == 0 {
+				continue
+			}
+			c := copies[0].(*unstructured.Unstructured)
+			if c.GetLabels()[naming.LabelAgent] != e.opts.Agent {
+				continue
+			}
+			ann := c.GetAnnotations()
+			hash := ann[naming.AnnotationContentHash]
+			if len(copies) > 1 || relatedDrifted(c) {
+				hash = ""
+			}
+			// The kcp object is in the primary's workspace.
+			out = append(out, &ferryv1.RelatedInventoryEntry{
+				RelatedTo:   &ferryv1.RelatedTo{Primary: remoteKey(w.pub, remote), Identifier: ref.Identifier},
+				Key:         &ferryv1.ObjectKey{Cluster: remote.ClusterName, Namespace: ann[naming.AnnotationNamespace], Name: ann[naming.AnnotationName], Uid: ann[naming.AnnotationUID]},
+				AppliedHash: hash,
+			})
+		}
+	}
+	return out, complete
 }

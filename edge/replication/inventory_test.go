@@ -104,7 +104,7 @@ func TestInventoryMessages(t *testing.T) {
 		{name: "cut by bytes", entries: 100, limit: 10 * one, wantMsgs: 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msgs := inventoryMessages("pr", entries(tc.entries), tc.limit)
+			msgs := inventoryMessages(&ferryv1.Inventory{PublishedResource: "pr", Entries: entries(tc.entries)}, tc.limit)
 			if len(msgs) != tc.wantMsgs {
 				t.Errorf("%d messages, want %d", len(msgs), tc.wantMsgs)
 			}
@@ -139,5 +139,44 @@ func TestInventoryMessages(t *testing.T) {
 				t.Errorf("%d entries, want %d", n, tc.entries)
 			}
 		})
+	}
+}
+
+// TestInventoryMessagesCarryRelatedEntries: related entries are cut into
+// messages the broker accepts like the others, after them, none lost, and
+// related_complete rides on the complete message only.
+func TestInventoryMessagesCarryRelatedEntries(t *testing.T) {
+	const n, limit = 50, 4 << 10
+	all := &ferryv1.Inventory{PublishedResource: "pr", RelatedComplete: true}
+	for i := range n {
+		all.Entries = append(all.Entries, &ferryv1.InventoryEntry{Key: &ferryv1.ObjectKey{Cluster: "c1", Name: strings.Repeat("n", 100) + fmt.Sprint(i)}})
+		all.RelatedEntries = append(all.RelatedEntries, &ferryv1.RelatedInventoryEntry{
+			RelatedTo: &ferryv1.RelatedTo{Primary: &ferryv1.ObjectKey{Cluster: "c1", Name: strings.Repeat("n", 100) + fmt.Sprint(i)}, Identifier: "creds"},
+			Key:       &ferryv1.ObjectKey{Cluster: "c1", Name: "creds"}, AppliedHash: strings.Repeat("h", 32)})
+	}
+	msgs := inventoryMessages(all, limit)
+	if len(msgs) < 2 {
+		t.Fatalf("%d messages, want the inventory cut", len(msgs))
+	}
+	entries, related := 0, 0
+	for i, m := range msgs {
+		inv := m.GetInventory()
+		if size := proto.Size(m); size > limit {
+			t.Errorf("message %d is %d bytes, over %d", i, size, limit)
+		}
+		last := i == len(msgs)-1
+		if inv.GetComplete() != last || inv.GetRelatedComplete() != last || inv.GetPublishedResource() != "pr" {
+			t.Errorf("message %d: complete=%v related_complete=%v resource %q", i, inv.GetComplete(), inv.GetRelatedComplete(), inv.GetPublishedResource())
+		}
+		for _, e := range inv.GetRelatedEntries() {
+			if !strings.HasSuffix(e.GetRelatedTo().GetPrimary().GetName(), fmt.Sprint(related)) {
+				t.Fatalf("related entry %d out of order", related)
+			}
+			related++
+		}
+		entries += len(inv.GetEntries())
+	}
+	if entries != n || related != n {
+		t.Errorf("%d entries and %d related entries, want %d each", entries, related, n)
 	}
 }

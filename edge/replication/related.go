@@ -32,8 +32,10 @@ import (
 //
 // Origin kcp: the broker sends the object as a SyncIntent with related_to;
 // the edge writes it where the reference points on the local primary,
-// labelled with the primary's kcp UID and the entry, and deletes such copies
-// before it deletes the primary.
+// labelled with the primary's kcp UID and the entry and annotated with the
+// hash of the content it applied, and deletes such copies before it deletes
+// the primary. A copy deleted or edited by someone else is asked for again
+// (related_repair.go).
 
 // relatedOwnerIndex indexes related copies by primary UID and identifier.
 const relatedOwnerIndex = "ferry.dev/related-owner"
@@ -292,10 +294,17 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 	if err != nil {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, false, "the edge does not write %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
 	}
-	rv := in.GetVersion().GetResourceVersion()
+	var content map[string]any
+	if err := utiljson.Unmarshal(in.GetUpsert().GetObject(), &content); err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "the object is not valid JSON: %v", err)
+	}
+	local := objects.RelatedContent(&unstructured.Unstructured{Object: content})
+	hash := objects.RelatedHash(local)
 	for _, c := range copies {
 		u := c.(*unstructured.Unstructured)
-		if u.GetNamespace() == ns && u.GetName() == name && u.GetAnnotations()[naming.AnnotationResourceVersion] == rv {
+		if u.GetNamespace() == ns && u.GetName() == name && u.GetAnnotations()[naming.AnnotationContentHash] == hash && !relatedDrifted(u) {
+			// The copy holds this content in the fields ferry owns (a
+			// re-sent intent): nothing to write.
 			return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 		}
 	}
@@ -316,11 +325,6 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 	if err := e.deleteCopies(ctx, ref, copies, ns, name); err != nil {
 		return nack(in, classify(err), true, "%v", err)
 	}
-	var content map[string]any
-	if err := utiljson.Unmarshal(in.GetUpsert().GetObject(), &content); err != nil {
-		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "the object is not valid JSON: %v", err)
-	}
-	local := objects.RelatedContent(&unstructured.Unstructured{Object: content})
 	local.SetAPIVersion(ref.Local.GroupVersion().String())
 	local.SetKind(ref.Kind.Kind)
 	local.SetNamespace(ns)
@@ -330,7 +334,10 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 	}))
 	key := in.GetKey()
 	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}))
-	ann[naming.AnnotationResourceVersion] = rv
+	ann[naming.AnnotationResourceVersion] = in.GetVersion().GetResourceVersion()
+	// What ferry applied, to notice edits of the fields it owns
+	// (related_repair.go) and to list in the inventory.
+	ann[naming.AnnotationContentHash] = hash
 	local.SetAnnotations(ann)
 	if static, ok := ref.StaticNamespace(); ok && static == ns {
 		// The one place related objects may create a namespace: the one the

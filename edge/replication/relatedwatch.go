@@ -187,10 +187,10 @@ func (e *Engine) startRelatedSpaceLocked(rw *relatedWatch, ns string) {
 		lw = watching.ListWatch(ri.Namespace(ns), "")
 	}
 	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})
-	_ = informer.SetTransform(dropManagedFields)
+	_ = informer.SetTransform(e.relatedTransform)
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.relatedChanged(rw, obj) },
-		UpdateFunc: func(_, obj any) { e.relatedChanged(rw, obj) },
+		AddFunc:    func(obj any) { e.relatedUpdated(rw, obj) },
+		UpdateFunc: func(_, obj any) { e.relatedUpdated(rw, obj) },
 		DeleteFunc: func(obj any) { e.relatedGone(rw, obj) },
 	})
 	s.store = informer.GetIndexer()

@@ -114,3 +114,45 @@ func TestRelatedContent(t *testing.T) {
 		t.Errorf("empty metadata kept: %v", bare.Object)
 	}
 }
+
+// TestRelatedHash: the hash covers a related object's content, labels and
+// annotations, not where it is, its type, server metadata or ferry's and
+// kcp's bookkeeping, so the broker's hash of the kcp object and the edge's
+// hash of its copy agree.
+func TestRelatedHash(t *testing.T) {
+	base := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+			"metadata": map[string]any{"name": "creds", "namespace": "default", "labels": map[string]any{"kind": "db"}},
+			"data":     map[string]any{"password": "aHVudGVyMg=="}, "type": "Opaque"}}
+	}
+	want := RelatedHash(base())
+	for _, tc := range []struct {
+		name string
+		edit func(u *unstructured.Unstructured)
+		same bool
+	}{
+		{name: "another place, version and server metadata", same: true, edit: func(u *unstructured.Unstructured) {
+			u.SetNamespace("local-ns")
+			u.SetName("other")
+			u.SetAPIVersion("v2")
+			u.SetUID("u-1")
+			u.SetResourceVersion("42")
+			u.SetLabels(map[string]string{"kind": "db", "ferry.dev/related-to": "uid"})
+			u.SetAnnotations(map[string]string{"kcp.io/cluster": "c1", "ferry.dev/content-hash": "h"})
+		}},
+		{name: "data changed", edit: func(u *unstructured.Unstructured) { u.Object["data"] = map[string]any{"password": "eA=="} }},
+		{name: "data key added", edit: func(u *unstructured.Unstructured) {
+			u.Object["data"] = map[string]any{"password": "aHVudGVyMg==", "extra": "eA=="}
+		}},
+		{name: "label changed", edit: func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"kind": "cache"}) }},
+		{name: "type removed", edit: func(u *unstructured.Unstructured) { delete(u.Object, "type") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := base()
+			tc.edit(u)
+			if got := RelatedHash(u); (got == want) != tc.same {
+				t.Fatalf("hash %s, base %s: same = %v, want %v", got, want, got == want, tc.same)
+			}
+		})
+	}
+}

@@ -273,6 +273,29 @@ func TestRelatedObjectsFromKCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSecretData(t, svc, local.GetNamespace(), "creds", "password", "hunter2")
+	// A copy edited in the service cluster in a field ferry wrote is
+	// repaired too; a key another manager added is theirs and stays.
+	edited, err := svc.CoreV1().Secrets(local.GetNamespace()).Get(ctx, "creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited.Data["password"] = []byte("tampered")
+	edited.Data["extra"] = []byte("theirs")
+	if _, err := svc.CoreV1().Secrets(local.GetNamespace()).Update(ctx, edited, metav1.UpdateOptions{FieldManager: "someone-else"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the edited Secret repaired, the other manager's key kept", func(ctx context.Context) (bool, string) {
+		s, err := svc.CoreV1().Secrets(local.GetNamespace()).Get(ctx, "creds", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return string(s.Data["password"]) == "hunter2" && string(s.Data["extra"]) == "theirs", fmt.Sprintf("data %q", s.Data)
+	})
+	resendsAsked := func() float64 {
+		v, _ := scrapeBoth(t, e).broker.Value("ferry_broker_reports_received_total", map[string]string{"export": e.export.String(), "kind": "resend"})
+		return v
+	}
+	resends := resendsAsked()
 	// The ConfigMap does not exist yet: the kcp user is told what is missing.
 	waitEvent(t, consumer, "default", "nightly", "RelatedMissing", fmt.Sprintf(`related "settings": waiting for ConfigMap %s/settings`, staticNS))
 	if _, err := consumer.CoreV1().ConfigMaps(staticNS).Create(ctx, &corev1.ConfigMap{
@@ -298,6 +321,10 @@ func TestRelatedObjectsFromKCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSecretData(t, svc, local.GetNamespace(), "creds", "password", "correct horse")
+	// ferry's own writes are never taken for local edits.
+	if n := resendsAsked() - resends; n != 0 {
+		t.Errorf("the edge asked for related objects again %v times after ferry's own writes", n)
+	}
 
 	// Deleting the primary removes the related copies, then the finalizer.
 	if err := e.remote.Namespace("default").Delete(ctx, "nightly", metav1.DeleteOptions{}); err != nil {

@@ -790,8 +790,18 @@ type Inventory struct {
 	Complete bool `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
 	// The PublishedResource the chunk covers. Required.
 	PublishedResource string `protobuf:"bytes,3,opt,name=published_resource,json=publishedResource,proto3" json:"published_resource,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The local copies of kcp-origin related objects the edge holds for the
+	// PublishedResource's objects, so that after a reconnect the broker sends
+	// only those whose content differs. Optional: an edge that sends none gets
+	// every related object again.
+	RelatedEntries []*RelatedInventoryEntry `protobuf:"bytes,4,rep,name=related_entries,json=relatedEntries,proto3" json:"related_entries,omitempty"`
+	// Set on the complete chunk when related_entries list every kcp-origin
+	// related copy the edge holds for the PublishedResource (its caches of
+	// the related kinds had listed): a reference without an entry has no
+	// copy, and the broker sends no delete for it.
+	RelatedComplete bool `protobuf:"varint,5,opt,name=related_complete,json=relatedComplete,proto3" json:"related_complete,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Inventory) Reset() {
@@ -845,6 +855,88 @@ func (x *Inventory) GetPublishedResource() string {
 	return ""
 }
 
+func (x *Inventory) GetRelatedEntries() []*RelatedInventoryEntry {
+	if x != nil {
+		return x.RelatedEntries
+	}
+	return nil
+}
+
+func (x *Inventory) GetRelatedComplete() bool {
+	if x != nil {
+		return x.RelatedComplete
+	}
+	return false
+}
+
+// RelatedInventoryEntry is one local copy of a kcp-origin related object.
+type RelatedInventoryEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The primary object and related[] entry the copy was written for.
+	// Required.
+	RelatedTo *RelatedTo `protobuf:"bytes,1,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
+	// The kcp object the copy was applied from (the key of its SyncIntent;
+	// resource unset). Required.
+	Key *ObjectKey `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Hash of the content last applied (RelatedHash of the object sent);
+	// empty when the copy no longer holds it in the fields the edge owns
+	// (edited locally), so the broker sends it again.
+	AppliedHash   string `protobuf:"bytes,3,opt,name=applied_hash,json=appliedHash,proto3" json:"applied_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelatedInventoryEntry) Reset() {
+	*x = RelatedInventoryEntry{}
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelatedInventoryEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelatedInventoryEntry) ProtoMessage() {}
+
+func (x *RelatedInventoryEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelatedInventoryEntry.ProtoReflect.Descriptor instead.
+func (*RelatedInventoryEntry) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RelatedInventoryEntry) GetRelatedTo() *RelatedTo {
+	if x != nil {
+		return x.RelatedTo
+	}
+	return nil
+}
+
+func (x *RelatedInventoryEntry) GetKey() *ObjectKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RelatedInventoryEntry) GetAppliedHash() string {
+	if x != nil {
+		return x.AppliedHash
+	}
+	return ""
+}
+
 // InventoryEntry is one local copy of a kcp object.
 type InventoryEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -868,7 +960,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[10]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +972,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[10]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +985,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{10}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InventoryEntry) GetKey() *ObjectKey {
@@ -949,7 +1041,7 @@ type ResyncComplete struct {
 
 func (x *ResyncComplete) Reset() {
 	*x = ResyncComplete{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[11]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1053,7 @@ func (x *ResyncComplete) String() string {
 func (*ResyncComplete) ProtoMessage() {}
 
 func (x *ResyncComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[11]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1066,7 @@ func (x *ResyncComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResyncComplete.ProtoReflect.Descriptor instead.
 func (*ResyncComplete) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{11}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResyncComplete) GetQueuedIntents() uint32 {
@@ -999,7 +1091,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1103,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[12]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1116,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{12}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InventoryRequest) GetPublishedResources() []string {
@@ -1063,7 +1155,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1167,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[13]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1180,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{13}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusReport) GetReportId() uint64 {
@@ -1173,7 +1265,7 @@ type RelatedObjectReport struct {
 
 func (x *RelatedObjectReport) Reset() {
 	*x = RelatedObjectReport{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1277,7 @@ func (x *RelatedObjectReport) String() string {
 func (*RelatedObjectReport) ProtoMessage() {}
 
 func (x *RelatedObjectReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[14]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1290,7 @@ func (x *RelatedObjectReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectReport.ProtoReflect.Descriptor instead.
 func (*RelatedObjectReport) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{14}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RelatedObjectReport) GetReportId() uint64 {
@@ -1329,7 +1421,7 @@ type RelatedObjectGone struct {
 
 func (x *RelatedObjectGone) Reset() {
 	*x = RelatedObjectGone{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1433,7 @@ func (x *RelatedObjectGone) String() string {
 func (*RelatedObjectGone) ProtoMessage() {}
 
 func (x *RelatedObjectGone) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[15]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1446,7 @@ func (x *RelatedObjectGone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectGone.ProtoReflect.Descriptor instead.
 func (*RelatedObjectGone) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{15}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
 }
 
 // RelatedObjectUnresolved reports why a related object could not be located.
@@ -1368,7 +1460,7 @@ type RelatedObjectUnresolved struct {
 
 func (x *RelatedObjectUnresolved) Reset() {
 	*x = RelatedObjectUnresolved{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1472,7 @@ func (x *RelatedObjectUnresolved) String() string {
 func (*RelatedObjectUnresolved) ProtoMessage() {}
 
 func (x *RelatedObjectUnresolved) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1485,7 @@ func (x *RelatedObjectUnresolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectUnresolved.ProtoReflect.Descriptor instead.
 func (*RelatedObjectUnresolved) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RelatedObjectUnresolved) GetMessage() string {
@@ -1425,7 +1517,7 @@ type DeletionConfirmation struct {
 
 func (x *DeletionConfirmation) Reset() {
 	*x = DeletionConfirmation{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1529,7 @@ func (x *DeletionConfirmation) String() string {
 func (*DeletionConfirmation) ProtoMessage() {}
 
 func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1542,7 @@ func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletionConfirmation.ProtoReflect.Descriptor instead.
 func (*DeletionConfirmation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeletionConfirmation) GetReportId() uint64 {
@@ -1511,7 +1603,7 @@ type ResendRequest struct {
 
 func (x *ResendRequest) Reset() {
 	*x = ResendRequest{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1615,7 @@ func (x *ResendRequest) String() string {
 func (*ResendRequest) ProtoMessage() {}
 
 func (x *ResendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1628,7 @@ func (x *ResendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendRequest.ProtoReflect.Descriptor instead.
 func (*ResendRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{18}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResendRequest) GetReportId() uint64 {
@@ -1596,7 +1688,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1700,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1713,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{19}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReportResult) GetReportId() uint64 {
@@ -1700,11 +1792,18 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\n" +
 	"local_name\x18\x05 \x01(\tR\tlocalName\x128\n" +
 	"\n" +
-	"related_to\x18\x06 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\"\x90\x01\n" +
+	"related_to\x18\x06 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\"\x8b\x02\n" +
 	"\tInventory\x128\n" +
 	"\aentries\x18\x01 \x03(\v2\x1e.ferry.v1alpha1.InventoryEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12-\n" +
-	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\"\x91\x02\n" +
+	"\x12published_resource\x18\x03 \x01(\tR\x11publishedResource\x12N\n" +
+	"\x0frelated_entries\x18\x04 \x03(\v2%.ferry.v1alpha1.RelatedInventoryEntryR\x0erelatedEntries\x12)\n" +
+	"\x10related_complete\x18\x05 \x01(\bR\x0frelatedComplete\"\xa1\x01\n" +
+	"\x15RelatedInventoryEntry\x128\n" +
+	"\n" +
+	"related_to\x18\x01 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\x12+\n" +
+	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12!\n" +
+	"\fapplied_hash\x18\x03 \x01(\tR\vappliedHash\"\x91\x02\n" +
 	"\x0eInventoryEntry\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x128\n" +
 	"\x18applied_resource_version\x18\x02 \x01(\tR\x16appliedResourceVersion\x12-\n" +
@@ -1784,7 +1883,7 @@ func file_ferry_v1alpha1_objects_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(ApplyErrorReason)(0),           // 0: ferry.v1alpha1.ApplyErrorReason
 	(*GroupVersionResource)(nil),    // 1: ferry.v1alpha1.GroupVersionResource
@@ -1797,16 +1896,17 @@ var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(*ApplyError)(nil),              // 8: ferry.v1alpha1.ApplyError
 	(*IntentResult)(nil),            // 9: ferry.v1alpha1.IntentResult
 	(*Inventory)(nil),               // 10: ferry.v1alpha1.Inventory
-	(*InventoryEntry)(nil),          // 11: ferry.v1alpha1.InventoryEntry
-	(*ResyncComplete)(nil),          // 12: ferry.v1alpha1.ResyncComplete
-	(*InventoryRequest)(nil),        // 13: ferry.v1alpha1.InventoryRequest
-	(*StatusReport)(nil),            // 14: ferry.v1alpha1.StatusReport
-	(*RelatedObjectReport)(nil),     // 15: ferry.v1alpha1.RelatedObjectReport
-	(*RelatedObjectGone)(nil),       // 16: ferry.v1alpha1.RelatedObjectGone
-	(*RelatedObjectUnresolved)(nil), // 17: ferry.v1alpha1.RelatedObjectUnresolved
-	(*DeletionConfirmation)(nil),    // 18: ferry.v1alpha1.DeletionConfirmation
-	(*ResendRequest)(nil),           // 19: ferry.v1alpha1.ResendRequest
-	(*ReportResult)(nil),            // 20: ferry.v1alpha1.ReportResult
+	(*RelatedInventoryEntry)(nil),   // 11: ferry.v1alpha1.RelatedInventoryEntry
+	(*InventoryEntry)(nil),          // 12: ferry.v1alpha1.InventoryEntry
+	(*ResyncComplete)(nil),          // 13: ferry.v1alpha1.ResyncComplete
+	(*InventoryRequest)(nil),        // 14: ferry.v1alpha1.InventoryRequest
+	(*StatusReport)(nil),            // 15: ferry.v1alpha1.StatusReport
+	(*RelatedObjectReport)(nil),     // 16: ferry.v1alpha1.RelatedObjectReport
+	(*RelatedObjectGone)(nil),       // 17: ferry.v1alpha1.RelatedObjectGone
+	(*RelatedObjectUnresolved)(nil), // 18: ferry.v1alpha1.RelatedObjectUnresolved
+	(*DeletionConfirmation)(nil),    // 19: ferry.v1alpha1.DeletionConfirmation
+	(*ResendRequest)(nil),           // 20: ferry.v1alpha1.ResendRequest
+	(*ReportResult)(nil),            // 21: ferry.v1alpha1.ReportResult
 }
 var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	1,  // 0: ferry.v1alpha1.ObjectKey.resource:type_name -> ferry.v1alpha1.GroupVersionResource
@@ -1821,25 +1921,28 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	3,  // 9: ferry.v1alpha1.IntentResult.version:type_name -> ferry.v1alpha1.ObjectVersion
 	8,  // 10: ferry.v1alpha1.IntentResult.error:type_name -> ferry.v1alpha1.ApplyError
 	4,  // 11: ferry.v1alpha1.IntentResult.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	11, // 12: ferry.v1alpha1.Inventory.entries:type_name -> ferry.v1alpha1.InventoryEntry
-	2,  // 13: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
-	2,  // 14: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
-	8,  // 15: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
-	4,  // 16: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	1,  // 17: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	16, // 18: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
-	17, // 19: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
-	8,  // 20: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
-	2,  // 21: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
-	3,  // 22: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
-	2,  // 23: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
-	4,  // 24: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	8,  // 25: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	12, // 12: ferry.v1alpha1.Inventory.entries:type_name -> ferry.v1alpha1.InventoryEntry
+	11, // 13: ferry.v1alpha1.Inventory.related_entries:type_name -> ferry.v1alpha1.RelatedInventoryEntry
+	4,  // 14: ferry.v1alpha1.RelatedInventoryEntry.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	2,  // 15: ferry.v1alpha1.RelatedInventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
+	2,  // 16: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
+	2,  // 17: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
+	8,  // 18: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
+	4,  // 19: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	1,  // 20: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	17, // 21: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
+	18, // 22: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
+	8,  // 23: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
+	2,  // 24: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
+	3,  // 25: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
+	2,  // 26: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
+	4,  // 27: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	8,  // 28: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
@@ -1851,7 +1954,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 		(*SyncIntent_Upsert)(nil),
 		(*SyncIntent_Delete)(nil),
 	}
-	file_ferry_v1alpha1_objects_proto_msgTypes[14].OneofWrappers = []any{
+	file_ferry_v1alpha1_objects_proto_msgTypes[15].OneofWrappers = []any{
 		(*RelatedObjectReport_Object)(nil),
 		(*RelatedObjectReport_Gone)(nil),
 		(*RelatedObjectReport_Unresolved)(nil),
@@ -1863,7 +1966,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_objects_proto_rawDesc), len(file_ferry_v1alpha1_objects_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
