@@ -6,9 +6,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 )
 
 // TestRepeatedFailuresUpdateOneEvent: every nack used to create a new
@@ -16,11 +13,8 @@ import (
 // reason whose count and message follow the repeats.
 func TestRepeatedFailuresUpdateOneEvent(t *testing.T) {
 	obj := thing("1", map[string]any{"size": int64(1)}, nil)
-	m, _ := testManager(t, obj)
-	m.vwURL = "https://kcp.invalid/vw"
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{eventsGVR: "EventList", thingsGVR: "ThingList"})
-	m.clients["c"] = client
+	e := newEnv(t, thingsResource(), obj)
+	m, client := e.m, e.kcp
 	ctx := context.Background()
 	for i, reason := range []string{"SyncFailed", "SyncFailed", "SyncFailed", "RelatedMissing", "SyncFailed"} {
 		if err := m.recordEvent(ctx, "pr", thingKey(), "Warning", reason, "attempt "+string(rune('0'+i))); err != nil {

@@ -7,11 +7,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -60,21 +55,11 @@ func FuzzReport(f *testing.F) {
 		foreign := withoutFinalizer(thing("1", map[string]any{"secretName": "s"}, nil))
 		foreign.SetName("b")
 		foreign.SetUID("u-b")
-		m, _ := testManager(t, synced, foreign)
-		res := m.desired["pr"]
+		res := thingsResource()
 		res.Related, res.HasStatus = refs, true
-		m.desired["pr"], m.running["pr"].res = res, res
-		// Keys of other workspaces reach "kcp" live: a closed local port
-		// answers at once.
-		m.opts.KCP = &rest.Config{Host: "https://127.0.0.1:1"}
-		m.vwURL = "https://127.0.0.1:1/vw"
-		secrets := refs[0].Resource
-		m.relWatchers[secrets] = &relatedWatcher{gvr: secrets, synced: true,
-			store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})}
-		client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{thingsGVR: "ThingList", secrets: "SecretList", eventsGVR: "EventList", namespacesGVR: "NamespaceList"},
-			synced.DeepCopy(), foreign.DeepCopy())
-		m.clients["c"], m.clients["*"] = client, client
+		// Every workspace's requests reach the fake kcp.
+		e := newEnv(t, res, synced, foreign)
+		m, client, secrets := e.m, e.kcp, refs[0].Resource
 		ctx := context.Background()
 		switch r := msg.GetMessage().(type) {
 		case *ferryv1.ConnectRequest_StatusReport:

@@ -24,8 +24,7 @@ func TestInventoryThatLacksASentStateGetsItAgain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := thing("1", map[string]any{"size": int64(1)}, nil)
-			m, intents := testManager(t, obj)
-			m.queue.Add(item{pr: "pr", key: clusterKeyOf(obj)})
+			m, intents := testManager(t, obj) // listed: queued
 			drain(t, m)
 			first := 0
 			for in := intents.Next(); in != nil; in = intents.Next() {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -56,34 +55,6 @@ func (r *kcpRequests) take() map[string]int {
 	return out
 }
 
-// countingKCP serves objs as the fake kcp behind m's virtual workspace and
-// counts its requests.
-func countingKCP(m *Manager, objs ...*unstructured.Unstructured) (*dynamicfake.FakeDynamicClient, *kcpRequests) {
-	var ros []runtime.Object
-	for _, o := range objs {
-		ros = append(ros, o.DeepCopy())
-	}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{thingsGVR: "ThingList"}, ros...)
-	reqs := &kcpRequests{n: map[string]int{}}
-	client.PrependReactor("*", "*", reqs.count)
-	m.vwURL, m.vwKnown = "https://kcp.invalid/vw", true
-	m.clients["c"], m.clients["*"] = client, client
-	return client, reqs
-}
-
-// drainFinalizers writes the queued finalizers like the finalizer
-// workers do, failing on a requeue loop.
-func drainFinalizers(t *testing.T, m *Manager) {
-	t.Helper()
-	for rounds := 0; m.finalizers.Len() > 0; rounds++ {
-		if rounds > 10 {
-			t.Fatal("requeue loop: the finalizer queue does not drain")
-		}
-		m.processNextFinalizer(context.Background())
-	}
-}
-
 // TestIntentGoesBeforeTheFinalizer: a new object's upsert is queued for
 // the edge at once, not after its finalizer write in kcp (and the watch
 // event of that write) came back; the finalizer write happens off that
@@ -101,53 +72,52 @@ func TestIntentGoesBeforeTheFinalizer(t *testing.T) {
 		// then happens after the upsert was queued, the finalizer write
 		// not done; it returns the intent the edge is to get next (nil:
 		// none).
-		then       func(t *testing.T, m *Manager, intents *Intents) *ferryv1.SyncIntent
+		then       func(t *testing.T, e *env) *ferryv1.SyncIntent
 		wantDelete bool
 	}{
 		{name: "vanishes without a deletionTimestamp (finalizer write lost)", wantDelete: true,
-			then: func(t *testing.T, m *Manager, intents *Intents) *ferryv1.SyncIntent {
-				kcpGone(t, m, newObj())
-				if err := m.clients["c"].Resource(thingsGVR).Namespace("ns").Delete(context.Background(), "a", metav1.DeleteOptions{}); err != nil {
-					t.Fatal(err)
-				}
+			then: func(t *testing.T, e *env) *ferryv1.SyncIntent {
+				m, intents := e.m, e.intents
+				e.gone(newObj())
 				drain(t, m)
 				drainFinalizers(t, m) // nothing left to finalize
 				return intents.Next()
 			}},
 		{name: "deleted in kcp (another finalizer holds it) before ours landed", wantDelete: true,
-			then: func(t *testing.T, m *Manager, intents *Intents) *ferryv1.SyncIntent {
+			then: func(t *testing.T, e *env) *ferryv1.SyncIntent {
+				m, intents := e.m, e.intents
 				obj := deleting(newObj())
 				obj.SetFinalizers([]string{"someone.else/x"})
 				obj.SetResourceVersion("2")
-				kcpChanged(t, m, obj)
+				e.changed(obj)
 				drain(t, m)
 				drainFinalizers(t, m) // never on an object being deleted
 				return intents.Next()
 			}},
 		{name: "leaves the filter before ours landed", wantDelete: true,
-			then: func(t *testing.T, m *Manager, intents *Intents) *ferryv1.SyncIntent {
+			then: func(t *testing.T, e *env) *ferryv1.SyncIntent {
+				m, intents := e.m, e.intents
 				obj := withoutFinalizer(thing("2", spec, nil))
-				kcpChanged(t, m, obj)
+				e.changed(obj)
 				drain(t, m)
 				drainFinalizers(t, m)
 				return intents.Next()
 			}},
 		{name: "the finalizer lands: nothing more is sent",
-			then: func(t *testing.T, m *Manager, intents *Intents) *ferryv1.SyncIntent {
+			then: func(t *testing.T, e *env) *ferryv1.SyncIntent {
+				m, intents := e.m, e.intents
 				drainFinalizers(t, m)
-				kcpChanged(t, m, withLabels(thing("2", spec, nil), team))
+				e.changed(withLabels(thing("2", spec, nil), team))
 				drain(t, m)
 				return intents.Next()
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, intents := testManager(t, newObj())
-			res := m.desired["pr"]
+			res := thingsResource()
 			res.Selector, res.HasStatus = labels.SelectorFromSet(team), true
-			m.desired["pr"], m.running["pr"].res = res, res
-			client, reqs := countingKCP(m, newObj())
+			e := newEnv(t, res, newObj())
+			m, intents, client, reqs := e.m, e.intents, e.kcp.FakeDynamicClient, e.kcp.reqs
 
-			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
 			drain(t, m)
 			up := intents.Next()
 			if up.GetUpsert() == nil || up.GetKey().GetUid() != "u-a" {
@@ -164,7 +134,7 @@ func TestIntentGoesBeforeTheFinalizer(t *testing.T) {
 				t.Fatalf("status before the finalizer landed: written %v, %v", written, err)
 			}
 
-			next := tc.then(t, m, intents)
+			next := tc.then(t, e)
 			if got := next.GetDelete() != nil; got != tc.wantDelete {
 				t.Fatalf("delete intent = %v, want %v (next intent %v)", got, tc.wantDelete, next)
 			}
@@ -190,7 +160,9 @@ func TestIntentGoesBeforeTheFinalizer(t *testing.T) {
 			if got := reqs.take(); got["patch"] != 0 || got["get"] != 0 {
 				t.Fatalf("kcp requests for a release with no finalizer: %v", got)
 			}
-			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+			if v, _ := m.Lookup("pr", "c", "ns", "a"); v.Cached {
+				e.touch("a") // another event for the object
+			}
 			drain(t, m)
 			if in := intents.Next(); in != nil {
 				t.Fatalf("after the confirmation: %v", in)
@@ -229,31 +201,48 @@ func TestDeleteIntentsDoNotWaitForFinalizerWrites(t *testing.T) {
 	// time.
 	confirmed := deleting(namedThing("confirmed", spec))
 	confirmed.SetAnnotations(map[string]string{"kcp.io/cluster": "d"})
-	m, intents := testManager(t, append(objs, confirmed)...)
-	client, _ := countingKCP(m, objs...)
-	other, _ := countingKCP(m, confirmed)
-	m.clients["c"] = client
-	m.clients["d"] = other
+	// The watches list and watch the default client; the writes into
+	// workspace c (finalizers) and d (the release) go to clients of their
+	// own, whose patches hang (a fake client serves one request at a
+	// time).
+	k := newFakeKCP(append(objs, confirmed)...)
+	client, other := newFakeClient(objs...), newFakeClient(confirmed)
+	k.serve("c", client)
+	k.serve("d", other)
 	release := make(chan struct{})
 	started := blockingPatches(client, release)
 	otherStarted := blockingPatches(other, release)
 	defer close(release)
+	e := startEnv(t, k, thingsResource())
+	e.waitListed()
+	m, intents := e.m, e.intents
 
-	// The edge confirmed confirmed's deletion: its release is stuck in kcp.
-	m.queue.Add(item{pr: "pr", key: "d|ns/confirmed"})
+	// Every listed object is processed: the new objects' upserts go out
+	// (the edge applies them) and their finalizers are queued, and
+	// confirmed's delete goes out.
 	drain(t, m)
-	if in := intents.Next(); in.GetDelete() == nil {
-		t.Fatalf("want confirmed's delete, got %v", in)
+	var confirmedDelete *ferryv1.SyncIntent
+	for _, in := range queued(intents) {
+		if in.GetDelete() != nil && in.GetKey().GetName() == "confirmed" {
+			confirmedDelete = in
+			continue
+		}
+		edgeAcks(t, m, intents, in)
 	}
+	if confirmedDelete == nil {
+		t.Fatal("want confirmed's delete")
+	}
+	// The edge confirmed confirmed's deletion: its release is stuck in kcp.
 	go func() { _ = m.Release(context.Background(), "pr", objectKey(confirmed, thingsGVR)) }()
-	<-otherStarted
+	select {
+	case <-otherStarted:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the release did not start")
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go m.Run(ctx, 1)
-	for i := range 4 {
-		m.queue.Add(item{pr: "pr", key: fmt.Sprintf("c|ns/new%d", i)})
-	}
 	// Let the new objects' finalizer writes start (and hang).
 	select {
 	case <-started:
@@ -262,24 +251,14 @@ func TestDeleteIntentsDoNotWaitForFinalizerWrites(t *testing.T) {
 	}
 	deleted := deleting(victim.DeepCopy())
 	deleted.SetResourceVersion("2")
-	if err := m.running["pr"].store.Update(deleted); err != nil {
+	if _, err := k.Resource(thingsGVR).Namespace("ns").Update(context.Background(), deleted, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.queue.Add(item{pr: "pr", key: "c|ns/victim"})
 
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	eventually(t, "the delete intent of victim (not behind finalizer writes)", func() bool {
 		in := intents.Next()
-		if in.GetDelete() != nil && in.GetKey().GetName() == "victim" {
-			return
-		}
-		if in == nil {
-			if time.Now().After(deadline) {
-				t.Fatal("the delete intent of victim waits behind finalizer writes")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+		return in.GetDelete() != nil && in.GetKey().GetName() == "victim"
+	})
 }
 
 // TestKCPRequestsPerObject: what each step of an object's life costs kcp,
@@ -301,7 +280,6 @@ func TestKCPRequestsPerObject(t *testing.T) {
 	}{
 		{name: "create", cached: withoutFinalizer(thing("1", spec, nil)),
 			step: func(t *testing.T, m *Manager, intents *Intents) error {
-				m.queue.Add(item{pr: "pr", key: "c|ns/a"})
 				drain(t, m)
 				drainFinalizers(t, m)
 				if in := intents.Next(); in.GetUpsert() == nil {
@@ -312,7 +290,6 @@ func TestKCPRequestsPerObject(t *testing.T) {
 			want: map[string]int{"patch": 1}},
 		{name: "finalizer landed (our own write's event)", cached: thing("2", spec, nil),
 			step: func(t *testing.T, m *Manager, intents *Intents) error {
-				m.queue.Add(item{pr: "pr", key: "c|ns/a"})
 				drain(t, m)
 				drainFinalizers(t, m)
 				return nil
@@ -332,7 +309,6 @@ func TestKCPRequestsPerObject(t *testing.T) {
 			want: map[string]int{}},
 		{name: "deleted in kcp: delete intent", cached: deleting(thing("4", spec, nil)),
 			step: func(t *testing.T, m *Manager, intents *Intents) error {
-				m.queue.Add(item{pr: "pr", key: "c|ns/a"})
 				drain(t, m)
 				drainFinalizers(t, m)
 				if in := intents.Next(); in.GetDelete() == nil {
@@ -365,11 +341,10 @@ func TestKCPRequestsPerObject(t *testing.T) {
 			if tc.cached != nil {
 				cached = append(cached, tc.cached)
 			}
-			m, intents := testManager(t, cached...)
-			res := m.desired["pr"]
+			res := thingsResource()
 			res.HasStatus = true
-			m.desired["pr"], m.running["pr"].res = res, res
-			_, reqs := countingKCP(m, cached...)
+			e := newEnv(t, res, cached...)
+			m, intents, reqs := e.m, e.intents, e.kcp.reqs
 			if err := tc.step(t, m, intents); err != nil {
 				t.Fatal(err)
 			}

@@ -143,6 +143,19 @@ func (m *Manager) scopeOf(res Resource, obj *unstructured.Unstructured) scope {
 	return inScope
 }
 
+// namespaceCached tells whether the namespaces watch holds a workspace's
+// namespace.
+func (m *Manager) namespaceCached(cluster, name string) bool {
+	m.mu.Lock()
+	store := m.namespaces
+	m.mu.Unlock()
+	if store == nil {
+		return false
+	}
+	_, ok, err := store.GetByKey(cluster + "|/" + name)
+	return err == nil && ok
+}
+
 // holds tells whether the broker syncs obj (of pr) for this edge: it has
 // not left the filters, and it carries the edge's finalizer or the ledger
 // records that the edge may hold its copy (sent before the finalizer

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -29,26 +27,6 @@ import (
 // about an object must follow the object's identity (its UID) and the
 // PublishedResource's lifecycle, and deletions must flow while the
 // PublishedResource is withdrawn.
-
-// kcpChanged puts obj into the manager's cache and queues it, as the
-// informer does for a watch event.
-func kcpChanged(t *testing.T, m *Manager, obj *unstructured.Unstructured) {
-	t.Helper()
-	if err := m.running["pr"].store.Update(obj); err != nil {
-		t.Fatal(err)
-	}
-	m.queue.Add(item{pr: "pr", key: clusterKeyOf(obj)})
-}
-
-// kcpGone removes obj from the manager's cache and queues it, as the
-// informer does for a watch delete (no deletionTimestamp ever seen).
-func kcpGone(t *testing.T, m *Manager, obj *unstructured.Unstructured) {
-	t.Helper()
-	if err := m.running["pr"].store.Delete(obj); err != nil {
-		t.Fatal(err)
-	}
-	m.queue.Add(item{pr: "pr", key: clusterKeyOf(obj)})
-}
 
 // edgeTakes takes the next intent from the outbox (sent to the edge) and
 // fails when there is none.
@@ -112,18 +90,17 @@ func TestFilterFlipFlopKeepsTheCopy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := withLabels(thing("1", spec, nil), team)
-			m, intents := testManager(t, obj)
-			res := m.desired["pr"]
+			res := thingsResource()
 			res.Selector = labels.SelectorFromSet(team)
-			m.desired["pr"], m.running["pr"].res = res, res
-			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+			e := newEnv(t, res, obj)
+			m, intents := e.m, e.intents
 			drain(t, m)
 			up := edgeTakes(t, intents)
 			if tc.ackUpsert {
 				edgeAcks(t, m, intents, up)
 			}
 
-			kcpChanged(t, m, thing("2", spec, nil)) // out of the filter
+			e.changed(thing("2", spec, nil)) // out of the filter
 			drain(t, m)
 			var del *ferryv1.SyncIntent
 			if tc.ackUpsert {
@@ -132,7 +109,7 @@ func TestFilterFlipFlopKeepsTheCopy(t *testing.T) {
 					t.Fatalf("want a delete, got %v", del)
 				}
 			}
-			kcpChanged(t, m, withLabels(thing("3", spec, nil), team)) // back in
+			e.changed(withLabels(thing("3", spec, nil), team)) // back in
 			drain(t, m)
 
 			// The edge answers what it had; it deleted the copy if it took
@@ -173,23 +150,19 @@ func TestRecreatedWithTheSameManifest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old := thing("1", spec, nil)
-			m, intents := testManager(t, old)
+			e := newEnv(t, thingsResource(), old)
+			m, intents := e.m, e.intents
 			recreated := thing("5", spec, nil)
 			recreated.SetUID("u-b")
-			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-				map[schema.GroupVersionResource]string{thingsGVR: "ThingList"}, recreated.DeepCopy())
-			m.clients["c"], m.clients["*"] = client, client
-			m.vwURL = "https://kcp.invalid/vw"
 
-			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
 			drain(t, m)
 			edgeAcks(t, m, intents, edgeTakes(t, intents))
 
 			if tc.seenGone {
-				kcpGone(t, m, old)
+				e.gone(old)
 				drain(t, m)
 			}
-			kcpChanged(t, m, recreated)
+			e.changed(recreated) // seen as a new UID at the name unless seen gone
 			drain(t, m)
 			got := queued(intents)
 			if d := describe(got); !slices.Equal(d, []string{"delete a@u-a"}) {
@@ -205,66 +178,12 @@ func TestRecreatedWithTheSameManifest(t *testing.T) {
 				t.Fatalf("after the old copy is gone: intents %v, want the new object's upsert", d)
 			}
 			edgeAcks(t, m, intents, got[0])
-			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+			e.touch("a")
 			drain(t, m)
 			if more := describe(queued(intents)); len(more) != 0 {
 				t.Fatalf("sent again after the edge applied it: %v", more)
 			}
 		})
-	}
-}
-
-// watchingManager returns a manager that watches pr's resource through a
-// fake kcp holding objs (a real informer), listed and drained.
-func watchingManager(t *testing.T, res Resource, objs ...*unstructured.Unstructured) (*Manager, *Intents, *dynamicfake.FakeDynamicClient) {
-	t.Helper()
-	intents := NewIntents(1, 100, nil)
-	m := NewManager(Options{EdgeName: "nora", Outbox: intents, Log: logr.Discard()})
-	var ros []runtime.Object
-	for _, o := range objs {
-		ros = append(ros, o.DeepCopy())
-	}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{thingsGVR: "ThingList"}, ros...)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	m.mu.Lock()
-	m.ctx = ctx
-	m.vwURL, m.vwKnown = "https://kcp.invalid/vw", true
-	m.clients["*"], m.clients["c"] = client, client
-	m.mu.Unlock()
-	m.Ensure(res)
-	waitListed(t, m)
-	drain(t, m)
-	return m, intents, client
-}
-
-func thingsResource() Resource {
-	return Resource{PublishedResource: "pr", GVR: thingsGVR, Selector: labels.Everything()}
-}
-
-// waitListed waits until pr's watch has listed.
-func waitListed(t *testing.T, m *Manager) {
-	t.Helper()
-	eventually(t, "the published resource is listed", func() bool {
-		for _, s := range m.ResourceStats() {
-			if s.PublishedResource == "pr" && s.Listed {
-				return true
-			}
-		}
-		return false
-	})
-}
-
-// eventually drains m's queue until cond holds (at most 3 s).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -293,7 +212,9 @@ func TestWithdrawnAndRepublished(t *testing.T) {
 	spec := map[string]any{"size": int64(1)}
 	synced := namedThing("synced", spec)
 	terminating := deleting(namedThing("terminating", spec))
-	m, intents, client := watchingManager(t, thingsResource(), synced, terminating)
+	e := newEnv(t, thingsResource(), synced, terminating)
+	drain(t, e.m)
+	m, intents, client := e.m, e.intents, e.kcp.FakeDynamicClient
 	for _, in := range queued(intents) {
 		edgeAcks(t, m, intents, in)
 	}
@@ -302,8 +223,7 @@ func TestWithdrawnAndRepublished(t *testing.T) {
 	// The edge's confirmation of the deletion comes while withdrawn (it
 	// may be refused; then the delete must be asked for again).
 	_ = m.Release(context.Background(), "pr", keyOf("terminating", "u-terminating"))
-	m.Ensure(thingsResource())
-	waitListed(t, m)
+	e.ensure(thingsResource())
 	drain(t, m)
 
 	got := describe(queued(intents))
@@ -323,7 +243,9 @@ func TestWithdrawnAndRepublished(t *testing.T) {
 func TestDeletionsFlowWhileWithdrawn(t *testing.T) {
 	spec := map[string]any{"size": int64(1)}
 	a := namedThing("a", spec)
-	m, intents, client := watchingManager(t, thingsResource(), a)
+	e := newEnv(t, thingsResource(), a)
+	drain(t, e.m)
+	m, intents, client := e.m, e.intents, e.kcp.FakeDynamicClient
 	for _, in := range queued(intents) {
 		edgeAcks(t, m, intents, in)
 	}
@@ -380,7 +302,6 @@ func TestReleaseWaitsBoundedForUnlistedRelatedKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secretsGVR := refs[0].Resource
 	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret"}}
 	secret.SetNamespace("ns")
 	secret.SetName("a-tls")
@@ -388,46 +309,34 @@ func TestReleaseWaitsBoundedForUnlistedRelatedKind(t *testing.T) {
 	secret.SetLabels(map[string]string{naming.LabelRelatedTo: "u-a", naming.LabelRelatedIdentifier: "tls"})
 	for _, tc := range []struct {
 		name string
-		// watchAge: how long the related watch has tried to list.
-		watchAge     time.Duration
+		// wait is Options.RelatedListWait (the related watch never lists).
+		wait         time.Duration
 		listRefused  bool
 		wantReleased bool
 		wantSecret   bool
 	}{
-		{name: "within the wait: retried", watchAge: 0, wantReleased: false, wantSecret: true},
-		{name: "past the wait: copies found by a live list", watchAge: time.Hour, wantReleased: true, wantSecret: false},
-		{name: "past the wait, the list is refused too: released with a warning", watchAge: time.Hour, listRefused: true,
+		{name: "within the wait: retried", wait: time.Hour, wantReleased: false, wantSecret: true},
+		{name: "past the wait: copies found by a live list", wait: time.Nanosecond, wantReleased: true, wantSecret: false},
+		{name: "past the wait, the list is refused too: released with a warning", wait: time.Nanosecond, listRefused: true,
 			wantReleased: true, wantSecret: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			primary := deleting(thing("1", map[string]any{"secretName": "a-tls"}, nil))
-			intents := NewIntents(1, 100, nil)
-			m := NewManager(Options{EdgeName: "nora", Outbox: intents, Log: logr.Discard(), RelatedListWait: time.Minute})
-			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-				map[schema.GroupVersionResource]string{thingsGVR: "ThingList", secretsGVR: "SecretList", eventsGVR: "EventList"},
-				primary.DeepCopy(), secret.DeepCopy())
-			if tc.listRefused {
-				client.PrependReactor("list", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			k := newFakeKCP(primary, secret)
+			// The related watch (selecting every related copy) never
+			// lists; a live list of one object's copies may.
+			k.PrependReactor("list", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				watchList := a.(k8stesting.ListAction).GetListRestrictions().Labels.String() == naming.LabelRelatedTo
+				if watchList || tc.listRefused {
 					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("no claim"))
-				})
-			}
+				}
+				return false, nil, nil
+			})
 			res := thingsResource()
 			res.Related = refs
-			m.mu.Lock()
-			m.vwURL, m.vwKnown = "https://kcp.invalid/vw", true
-			m.clients["*"], m.clients["c"] = client, client
-			m.mu.Unlock()
-			m.Ensure(res)
-			w := &watcher{res: res, store: newStore(), cancel: func() {}}
-			w.synced.Store(true)
-			if err := w.store.Add(primary); err != nil {
-				t.Fatal(err)
-			}
-			m.mu.Lock()
-			m.running["pr"] = w
-			m.relWatchers[secretsGVR] = &relatedWatcher{gvr: secretsGVR, started: time.Now().Add(-tc.watchAge), cancel: func() {},
-				store: cache.NewIndexer(clusterKey, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})}
-			m.mu.Unlock()
+			e := startEnv(t, k, res, func(o *Options) { o.RelatedListWait = tc.wait })
+			e.waitWatches(true, false)
+			m, client := e.m, k.FakeDynamicClient
 
 			err := m.Release(context.Background(), "pr", thingKey())
 			if released := err == nil; released != tc.wantReleased {
@@ -439,6 +348,9 @@ func TestReleaseWaitsBoundedForUnlistedRelatedKind(t *testing.T) {
 			_, err = client.Resource(secretsGVR).Namespace("ns").Get(context.Background(), "a-tls", metav1.GetOptions{})
 			if exists := err == nil; exists != tc.wantSecret {
 				t.Errorf("related copy exists %v, want %v", exists, tc.wantSecret)
+			}
+			if m.relatedListed(secretsGVR) {
+				t.Fatal("the related watch listed: the test does not test the wait")
 			}
 		})
 	}

@@ -6,12 +6,12 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -79,19 +79,17 @@ func TestObjectsLeavingScopeAreDeletedNotStranded(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m, intents := testManager(t, tc.obj)
-			res := m.desired["pr"]
+			res := thingsResource()
 			res.Selector, res.NamespaceSelector = tc.selector, tc.nsSelector
-			m.desired["pr"], m.running["pr"].res = res, res
-			if tc.nsSelector != nil {
-				m.namespaces = newStore()
-				if tc.namespace != nil {
-					if err := m.namespaces.Add(tc.namespace); err != nil {
-						t.Fatal(err)
-					}
-				}
+			objs := []*unstructured.Unstructured{tc.obj}
+			if tc.namespace != nil {
+				objs = append(objs, tc.namespace)
 			}
-			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+			e := newEnv(t, res, objs...)
+			m, intents := e.m, e.intents
+			if tc.namespace != nil {
+				eventually(t, "the namespace is cached", func() bool { return m.namespaceCached("c", "ns") })
+			}
 			drain(t, m)
 			in := intents.Next()
 			got := ""
@@ -127,14 +125,10 @@ func TestReleaseOnlyWhatTheBrokerAskedToDelete(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m, _ := testManager(t, tc.obj)
-			res := m.desired["pr"]
+			res := thingsResource()
 			res.Selector = team
-			m.desired["pr"], m.running["pr"].res = res, res
-			m.vwURL = "https://kcp.invalid/vw"
-			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-				map[schema.GroupVersionResource]string{thingsGVR: "ThingList"}, tc.obj.DeepCopy())
-			m.clients["c"] = client
+			e := newEnv(t, res, tc.obj)
+			m, client := e.m, e.kcp
 			err := m.Release(context.Background(), "pr", thingKey())
 			if got := errors.Is(err, ErrNotDeleting); got != tc.refused {
 				t.Fatalf("refused = %v (%v), want %v", got, err, tc.refused)
@@ -173,14 +167,10 @@ func TestReportsOnlyForObjectsTheBrokerSyncs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m, _ := testManager(t, tc.obj)
-			res := m.desired["pr"]
+			res := thingsResource()
 			res.Selector, res.HasStatus = team, true
-			m.desired["pr"], m.running["pr"].res = res, res
-			m.vwURL = "https://kcp.invalid/vw"
-			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-				map[schema.GroupVersionResource]string{thingsGVR: "ThingList"}, tc.obj.DeepCopy())
-			m.clients["c"] = client
+			e := newEnv(t, res, tc.obj)
+			m, client := e.m, e.kcp
 			written, err := m.WriteStatus(context.Background(), "pr", thingKey(), []byte(`{"ready":true}`))
 			if got := errors.Is(err, ErrRefused); got != tc.refused {
 				t.Fatalf("refused = %v (%v), want %v", got, err, tc.refused)
@@ -204,11 +194,8 @@ func TestReleaseAllReleasesEveryObject(t *testing.T) {
 	b.SetName("b")
 	b.SetUID("u-b")
 	b.SetFinalizers([]string{"other.example/keep", "ferry.dev/nora"})
-	m, _ := testManager(t, a, b)
-	m.vwURL, m.vwKnown = "https://kcp.invalid/vw", true
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{thingsGVR: "ThingList"}, a.DeepCopy(), b.DeepCopy())
-	m.clients["*"], m.clients["c"] = client, client
+	e := newEnv(t, thingsResource(), a, b)
+	m, client := e.m, e.kcp
 	n, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, false)
 	if err != nil || n != 2 {
 		t.Fatalf("released %d, %v; want 2", n, err)
@@ -222,7 +209,7 @@ func TestReleaseAllReleasesEveryObject(t *testing.T) {
 			t.Errorf("%s: finalizers %v, want %v", name, got.GetFinalizers(), want)
 		}
 	}
-	if _, ok := m.desired["pr"]; ok {
+	if _, ok := m.PublishedResourceFor(thingKey()); ok {
 		t.Error("the PublishedResource is still synced")
 	}
 }
@@ -234,8 +221,8 @@ func TestReleaseAllReleasesEveryObject(t *testing.T) {
 // changes.
 func TestRejectedIntentWaitsForAChange(t *testing.T) {
 	obj := thing("1", map[string]any{"size": int64(1)}, nil)
-	m, intents := testManager(t, obj)
-	m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+	e := newEnv(t, thingsResource(), obj)
+	m, intents := e.m, e.intents
 	drain(t, m)
 	in := intents.Next()
 	if in.GetUpsert() == nil {
@@ -245,14 +232,14 @@ func TestRejectedIntentWaitsForAChange(t *testing.T) {
 	m.Rejected("pr", in.GetKey(), "")
 
 	// A status write in kcp (same desired state) sends nothing.
-	m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+	e.changed(thing("2", map[string]any{"size": int64(1)}, map[string]any{"ready": true}))
 	drain(t, m)
 	if again := intents.Next(); again != nil {
 		t.Fatalf("a rejected intent was sent again without a change: %v", again)
 	}
 
 	// The PublishedResource changed: the object is tried again.
-	m.Ensure(m.desired["pr"])
+	e.ensure(thingsResource())
 	drain(t, m)
 	if again := intents.Next(); again.GetUpsert() == nil {
 		t.Fatalf("after a PublishedResource change: want the upsert again, got %v", again)
@@ -264,7 +251,9 @@ func TestRejectedIntentWaitsForAChange(t *testing.T) {
 // virtual workspace that never comes); before the broker knows whether
 // there is one, it retries.
 func TestReleaseAllWithoutBindings(t *testing.T) {
-	m, _ := testManager(t)
+	m := NewManager(Options{KCP: &rest.Config{Host: "https://kcp.invalid"}, EdgeName: "nora", Outbox: NewIntents(1, 100, nil), Log: logr.Discard(),
+		NewClient: newFakeKCP().newClient})
+	m.Ensure(thingsResource())
 	if _, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, false); err == nil {
 		t.Fatal("released before the virtual workspace was known")
 	}
@@ -294,16 +283,10 @@ func TestReleaseAllWithDeletePolicyDeletesRelatedCopies(t *testing.T) {
 		return u
 	}
 	for _, deleteRelated := range []bool{false, true} {
-		m, _ := testManager(t, a)
-		res := m.desired["pr"]
+		res := thingsResource()
 		res.Related = refs
-		m.desired["pr"] = res
-		m.vwURL, m.vwKnown = "https://kcp.invalid/vw", true
-		secrets := refs[0].Resource
-		client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{thingsGVR: "ThingList", secrets: "SecretList"},
-			a.DeepCopy(), secret("a-tls", "u-a"), secret("other-tls", "u-other"))
-		m.clients["*"], m.clients["c"] = client, client
+		e := newEnv(t, res, a, secret("a-tls", "u-a"), secret("other-tls", "u-other"))
+		m, client, secrets := e.m, e.kcp, refs[0].Resource
 		if _, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, deleteRelated); err != nil {
 			t.Fatal(err)
 		}

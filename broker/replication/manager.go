@@ -70,7 +70,8 @@ type Resource struct {
 	Related []*related.Reference
 }
 
-// Options configure a Manager. All fields are required.
+// Options configure a Manager. All fields are required unless they say
+// otherwise.
 type Options struct {
 	// KCP is the broker's kcp rest config; the host is replaced by the
 	// virtual workspace URL.
@@ -92,6 +93,11 @@ type Options struct {
 	// waits for the watch of a service-origin related kind to list;
 	// zero is one minute.
 	RelatedListWait time.Duration
+	// NewClient makes the dynamic client for a virtual workspace
+	// endpoint (KCP with the host replaced); nil is dynamic.NewForConfig.
+	// Tests serve a fake kcp through it, so they reach the manager's
+	// state through its real watches.
+	NewClient func(*rest.Config) (dynamic.Interface, error)
 }
 
 // Manager runs one session's watches. Create with NewManager, then Run.
@@ -228,16 +234,22 @@ func NewManager(o Options) *Manager {
 // Run processes objects with workers goroutines, and writes finalizers
 // with as many others, until ctx ends; watches stop with it.
 func (m *Manager) Run(ctx context.Context, workers int) {
-	m.mu.Lock()
-	m.ctx = ctx
-	m.reconcileLocked()
-	m.mu.Unlock()
+	m.start(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		watching.RunWorkers(ctx, m.finalizers, workers, func() bool { return m.processNextFinalizer(ctx) })
 	})
 	watching.RunWorkers(ctx, m.queue, workers, func() bool { return m.processNext(ctx) })
 	wg.Wait()
+}
+
+// start starts the watches under ctx (they stop with it); Run's workers
+// process what they queue.
+func (m *Manager) start(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ctx = ctx
+	m.reconcileLocked()
 }
 
 // SetVirtualWorkspace sets the APIExport's virtual workspace URL ("" while
@@ -653,7 +665,13 @@ func (m *Manager) clientLocked(cluster string) (dynamic.Interface, error) {
 	}
 	cfg := rest.CopyConfig(m.opts.KCP)
 	cfg.Host = m.vwURL + "/clusters/" + cluster
-	c, err := dynamic.NewForConfig(cfg)
+	var c dynamic.Interface
+	var err error
+	if m.opts.NewClient != nil {
+		c, err = m.opts.NewClient(cfg)
+	} else {
+		c, err = dynamic.NewForConfig(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}

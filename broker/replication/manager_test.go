@@ -5,37 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/objects"
 )
-
-// testManager returns a manager with one running published resource whose
-// cache holds objs, and the outbox it queues into.
-func testManager(t *testing.T, objs ...*unstructured.Unstructured) (*Manager, *Intents) {
-	t.Helper()
-	intents := NewIntents(1, 100, nil)
-	m := NewManager(Options{EdgeName: "nora", Outbox: intents, Log: logr.Discard()})
-	res := Resource{PublishedResource: "pr", GVR: schema.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"}, Selector: labels.Everything()}
-	w := &watcher{res: res, store: newStore(), cancel: func() {}}
-	w.synced.Store(true)
-	for _, o := range objs {
-		if err := w.store.Add(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m.desired["pr"] = res
-	m.running["pr"] = w
-	m.open["pr"] = true
-	return m, intents
-}
 
 func thing(rv string, spec, status map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
@@ -68,21 +44,6 @@ func edgeApplied(t *testing.T, m *Manager, obj *unstructured.Unstructured) {
 		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: hashOf(t, obj)}}})
 }
 
-// drain processes the queue like the workers do, failing on a requeue loop.
-func drain(t *testing.T, m *Manager) {
-	t.Helper()
-	for rounds := 0; m.queue.Len() > 0; rounds++ {
-		if rounds > 10 {
-			t.Fatal("requeue loop: the queue does not drain")
-		}
-		it, _ := m.queue.Get()
-		if err := m.process(context.Background(), it); err != nil {
-			t.Fatalf("process %v: %v", it, err)
-		}
-		m.queue.Done(it)
-	}
-}
-
 // TestProcessSendsOnlyChangedDesiredState is the status ping-pong: a status
 // write in kcp changes the object's resourceVersion but not its desired
 // state, and must not send the object to the edge again.
@@ -110,9 +71,8 @@ func TestProcessSendsOnlyChangedDesiredState(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m, intents := testManager(t, tc.current)
+			m, intents := testManager(t, tc.current) // listed: queued
 			edgeApplied(t, m, applied)
-			m.queue.Add(item{pr: "pr", key: "c|ns/a"})
 			drain(t, m)
 			in := intents.Next()
 			if sent := in != nil; sent != tc.wantSent {
@@ -128,9 +88,11 @@ func TestProcessSendsOnlyChangedDesiredState(t *testing.T) {
 // TestProcessQueuesAStateOnce: repeated events for the same state (e.g.
 // the broker's own finalizer patch) queue one intent, not one per event.
 func TestProcessQueuesAStateOnce(t *testing.T) {
-	m, intents := testManager(t, thing("10", map[string]any{"size": int64(1)}, nil))
-	for range 3 {
-		m.queue.Add(item{pr: "pr", key: "c|ns/a"})
+	e := newEnv(t, thingsResource(), thing("10", map[string]any{"size": int64(1)}, nil))
+	m, intents := e.m, e.intents
+	drain(t, m)
+	for _, rv := range []string{"11", "12"} {
+		e.changed(thing(rv, map[string]any{"size": int64(1)}, nil))
 		drain(t, m)
 	}
 	first := intents.Next()
@@ -170,10 +132,9 @@ func TestInventoryReplacesAppliedHashes(t *testing.T) {
 // the edge applied it, once.
 func TestResendSendsAnAppliedStateAgain(t *testing.T) {
 	obj := thing("10", map[string]any{"size": int64(1)}, nil)
-	m, intents := testManager(t, obj)
-	it := item{pr: "pr", key: "c|ns/a"}
+	e := newEnv(t, thingsResource(), obj)
+	m, intents := e.m, e.intents
 	edgeApplied(t, m, obj)
-	m.queue.Add(it)
 	drain(t, m)
 	if in := intents.Next(); in != nil {
 		t.Fatalf("an applied state was sent: %v", in)
@@ -185,7 +146,7 @@ func TestResendSendsAnAppliedStateAgain(t *testing.T) {
 		t.Fatalf("want the desired state sent again, got %v", in)
 	}
 	intents.Done(in.GetKey(), nil, in.GetVersion())
-	m.queue.Add(it)
+	e.changed(thing("11", map[string]any{"size": int64(1)}, map[string]any{"ready": true})) // a status write
 	drain(t, m)
 	if again := intents.Next(); again != nil {
 		t.Fatalf("the state was sent twice: %v", again)
@@ -203,36 +164,39 @@ func TestWriteStatusOnACacheMiss(t *testing.T) {
 	key := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"},
 		Namespace: "ns", Name: "a", Uid: "u-a"}
 	inKCP := thing("10", map[string]any{"size": int64(1)}, nil)
+	replaced := thing("11", nil, nil)
+	replaced.SetUID("u-other")
 	for _, tc := range []struct {
-		name   string
-		cached *unstructured.Unstructured
+		name  string
+		inKCP *unstructured.Unstructured // nil: none
+		// listed: the watch has listed (else its list hangs).
 		listed bool
 		gone   bool
 	}{
-		{name: "in kcp, the watch has not listed yet (retried)"},
-		{name: "listed, not in the cache: gone", listed: true, gone: true},
-		{name: "listed, replaced by another object of the same name", listed: true, gone: true, cached: func() *unstructured.Unstructured {
-			u := thing("11", nil, nil)
-			u.SetUID("u-other")
-			return u
-		}()},
+		{name: "in kcp, the watch has not listed yet (retried)", inKCP: inKCP},
+		{name: "listed, not in kcp: gone", listed: true, gone: true},
+		{name: "listed, replaced by another object of the same name", listed: true, gone: true, inKCP: replaced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var cached []*unstructured.Unstructured
-			if tc.cached != nil {
-				cached = append(cached, tc.cached)
+			var objs []*unstructured.Unstructured
+			if tc.inKCP != nil {
+				objs = append(objs, tc.inKCP)
 			}
-			m, _ := testManager(t, cached...)
-			m.running["pr"].synced.Store(tc.listed)
-			res := m.desired["pr"]
+			k := newFakeKCP(objs...)
+			if !tc.listed {
+				k.holdLists(t, thingsGVR)
+			}
+			res := thingsResource()
 			res.HasStatus = true
-			m.desired["pr"] = res
-			_, reqs := countingKCP(m, inKCP)
-			written, err := m.WriteStatus(context.Background(), "pr", key, []byte(`{"ready":true}`))
+			e := startEnv(t, k, res)
+			if tc.listed {
+				e.waitListed()
+			}
+			written, err := e.m.WriteStatus(context.Background(), "pr", key, []byte(`{"ready":true}`))
 			if written || err == nil || errors.Is(err, ErrGone) != tc.gone {
 				t.Fatalf("written %v, err %v; want gone %v", written, err, tc.gone)
 			}
-			if got := reqs.take(); len(got) != 0 {
+			if got := k.reqs.take(); len(got) != 0 {
 				t.Fatalf("kcp requests %v, want none", got)
 			}
 		})
@@ -245,54 +209,48 @@ func TestWriteStatusOnACacheMiss(t *testing.T) {
 // added concurrently with the delete (kubernetes/kubernetes#77988); before,
 // such a copy was left behind for good.
 func TestObjectGoneWithoutConfirmedDeletion(t *testing.T) {
-	key := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"},
-		Namespace: "ns", Name: "a", Uid: "u-a"}
-	it := item{pr: "pr", key: "c|ns/a"}
+	key := thingKey()
+	obj := thing("10", map[string]any{"size": int64(1)}, nil)
 	cases := []struct {
 		name string
-		// before runs with the object in the cache; the object is then
-		// removed from the cache (a watch delete) and processed.
-		before     func(t *testing.T, m *Manager, intents *Intents)
+		// before runs with the object in kcp and in the cache (queued by
+		// the initial list); the object then vanishes from kcp (a watch
+		// delete) and is processed.
+		before     func(t *testing.T, e *env)
 		wantDelete bool
 	}{
-		{"upsert sent, the object vanished (finalizer lost in kcp)", func(t *testing.T, m *Manager, intents *Intents) {
-			m.queue.Add(it)
-			drain(t, m)
-			in := intents.Next()
+		{"upsert sent, the object vanished (finalizer lost in kcp)", func(t *testing.T, e *env) {
+			drain(t, e.m)
+			in := e.intents.Next()
 			if in.GetUpsert() == nil {
 				t.Fatalf("want an upsert first, got %v", in)
 			}
-			intents.Done(in.GetKey(), nil, in.GetVersion())
+			e.intents.Done(in.GetKey(), nil, in.GetVersion())
 		}, true},
-		{"the edge's inventory lists a copy of an object deleted while the broker was away", func(t *testing.T, m *Manager, intents *Intents) {
-			m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
+		{"the edge's inventory lists a copy of an object deleted while the broker was away", func(t *testing.T, e *env) {
+			e.m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
 				Entries: []*ferryv1.InventoryEntry{{Key: key, AppliedHash: "h"}}})
 		}, true},
-		{"deletion confirmed and released", func(t *testing.T, m *Manager, intents *Intents) {
-			m.queue.Add(it)
-			drain(t, m)
-			in := intents.Next()
-			intents.Done(in.GetKey(), nil, in.GetVersion())
-			m.running["pr"].store.Delete(thing("10", nil, nil)) //nolint:errcheck // test store
-			if err := m.Release(context.Background(), "pr", key); err != nil {
+		{"deletion confirmed and released", func(t *testing.T, e *env) {
+			drain(t, e.m)
+			in := e.intents.Next()
+			e.intents.Done(in.GetKey(), nil, in.GetVersion())
+			e.gone(obj)
+			if err := e.m.Release(context.Background(), "pr", key); err != nil {
 				t.Fatal(err)
 			}
 		}, false},
-		{"never sent (no finalizer yet)", func(t *testing.T, m *Manager, intents *Intents) {}, false},
+		{"never sent (no finalizer yet)", func(t *testing.T, e *env) {}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			obj := thing("10", map[string]any{"size": int64(1)}, nil)
-			m, intents := testManager(t, obj)
-			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-				map[schema.GroupVersionResource]string{{Group: "g", Version: "v1", Resource: "things"}: "ThingList"})
-			m.clients["c"], m.clients["*"] = client, client
-			m.vwURL = "https://kcp.invalid/vw"
-			tc.before(t, m, intents)
-			_ = m.running["pr"].store.Delete(obj)
-			m.queue.Add(it)
-			drain(t, m)
-			in := intents.Next()
+			e := newEnv(t, thingsResource(), obj)
+			tc.before(t, e)
+			if v, _ := e.m.Lookup("pr", "c", "ns", "a"); v.Cached {
+				e.gone(obj)
+			}
+			drain(t, e.m)
+			in := e.intents.Next()
 			if got := in.GetDelete() != nil; got != tc.wantDelete {
 				t.Fatalf("delete intent = %v, want %v (next intent %v)", got, tc.wantDelete, in)
 			}
@@ -309,25 +267,34 @@ func TestObjectGoneWithoutConfirmedDeletion(t *testing.T) {
 // every object was: 1,000 intents after a broker restart at 10 x 100).
 func TestInventoryBeforeListIsComparedOnceListed(t *testing.T) {
 	obj := thing("10", map[string]any{"size": int64(1)}, nil)
-	m, intents := testManager(t, obj)
-	w := m.running["pr"]
-	delete(m.running, "pr") // the watch starts after the edge's inventory
-	delete(m.open, "pr")
-	key := &ferryv1.ObjectKey{Cluster: "c", Resource: &ferryv1.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"},
-		Namespace: "ns", Name: "a", Uid: "u-a"}
+	k := newFakeKCP(obj)
+	release := k.holdLists(t, thingsGVR) // the watch lists after the edge's inventory
+	e := startEnv(t, k, thingsResource(), func(o *Options) { o.InventoryGate = time.Hour })
+	m, intents := e.m, e.intents
+	m.Attach()
 	m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
-		Entries: []*ferryv1.InventoryEntry{{Key: key, AppliedHash: hashOf(t, obj)}}})
-	if m.open["pr"] {
+		Entries: []*ferryv1.InventoryEntry{{Key: thingKey(), AppliedHash: hashOf(t, obj)}}})
+	if !awaitingInventory(m) {
 		t.Fatal("the gate opened before the cache was listed")
 	}
-	w.synced.Store(false)
-	m.running["pr"] = w
-	m.listed("pr", w)
-	if !m.open["pr"] {
+	release()
+	e.waitListed()
+	if awaitingInventory(m) {
 		t.Fatal("the gate did not open once the cache was listed")
 	}
 	drain(t, m)
 	if in := intents.Next(); in != nil {
 		t.Fatalf("an unchanged object was sent again: %v", in)
 	}
+}
+
+// awaitingInventory tells whether pr's intents are held for the edge's
+// inventory.
+func awaitingInventory(m *Manager) bool {
+	for _, s := range m.ResourceStats() {
+		if s.PublishedResource == "pr" {
+			return s.AwaitingInventory
+		}
+	}
+	return false
 }

@@ -37,14 +37,13 @@ func TestLookup(t *testing.T) {
 	outOfScope.SetLabels(map[string]string{"team": "red"})
 	synced := named("synced", spec)
 
-	m, _ := testManager(t, synced, deleting, unfinalized, outOfScope)
-	w := m.running["pr"]
 	selector, err := labels.Parse("team!=red")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.res.Selector = selector
-	m.desired["pr"] = w.res
+	res := thingsResource()
+	res.Selector = selector
+	m := newEnv(t, res, synced, deleting, unfinalized, outOfScope).m
 	edgeApplied(t, m, synced)
 	m.Rejected("pr", keyOf("fresh", "u-fresh"), "")
 	// The edge's inventory (a first chunk) lists a copy of a gone object
@@ -104,7 +103,9 @@ func TestLookup(t *testing.T) {
 }
 
 func TestMatchResourcesAndStats(t *testing.T) {
-	m, _ := testManager(t, named("a", nil), named("b", nil))
+	e := startEnv(t, newFakeKCP(named("a", nil), named("b", nil)), thingsResource(), func(o *Options) { o.InventoryGate = time.Hour })
+	e.waitListed()
+	m := e.m
 	edgeApplied(t, m, named("a", nil))
 	for _, tc := range []struct {
 		group, resource string
@@ -116,7 +117,7 @@ func TestMatchResourcesAndStats(t *testing.T) {
 			t.Errorf("MatchResources(%q, %q) = %d, want %d", tc.group, tc.resource, got, tc.want)
 		}
 	}
-	m.open["pr"] = false
+	m.Attach() // the edge's inventory is awaited
 	stats := m.ResourceStats()
 	if len(stats) != 1 {
 		t.Fatalf("stats %v", stats)
@@ -191,8 +192,7 @@ func TestResync(t *testing.T) {
 			// What the broker believed before: the edge holds both.
 			edgeApplied(t, m, held)
 			edgeApplied(t, m, lost)
-			m.queue.Add(item{pr: "pr", key: "c|ns/lost"})
-			drain(t, m)
+			drain(t, m) // listed: queued; nothing is sent
 
 			done := make(chan ResyncStatus, 1)
 			r, started, err := m.StartResync(nil, func(st ResyncStatus) { done <- st })
@@ -202,7 +202,7 @@ func TestResync(t *testing.T) {
 			if again, started, _ := m.StartResync([]string{"pr"}, nil); again != r || started {
 				t.Fatal("a second resync does not join the running one")
 			}
-			if m.open["pr"] {
+			if !awaitingInventory(m) {
 				t.Fatal("the resource's intents are not held for the inventory")
 			}
 			if tc.detach {

@@ -141,6 +141,14 @@ func (m *Manager) relatedObjectChanged(gvr schema.GroupVersionResource, key stri
 	}
 }
 
+// relatedListed tells whether the watch of a related kind has listed.
+func (m *Manager) relatedListed(gvr schema.GroupVersionResource) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rw := m.relWatchers[gvr]
+	return rw != nil && rw.synced
+}
+
 func (m *Manager) relatedSynced(rw *relatedWatcher) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

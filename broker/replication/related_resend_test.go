@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -25,20 +24,14 @@ func TestResendRelatedSendsAnUnchangedRelatedObjectAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	primary := thing("1", map[string]any{"secretName": "creds"}, nil)
-	m, intents := testManager(t, primary)
-	res := m.desired["pr"]
-	res.Related = refs
-	m.desired["pr"], m.running["pr"].res = res, res
-	secretsGVR := refs[0].Resource
-	store := newStore()
 	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
 		"metadata": map[string]any{"name": "creds", "namespace": "ns", "uid": "u-s", "resourceVersion": "7",
 			"annotations": map[string]any{"kcp.io/cluster": "c"}},
 		"data": map[string]any{"password": "aHVudGVyMg=="}}}
-	if err := store.Add(secret); err != nil {
-		t.Fatal(err)
-	}
-	m.relWatchers[secretsGVR] = &relatedWatcher{gvr: secretsGVR, synced: true, store: store}
+	res := thingsResource()
+	res.Related = refs
+	e := newEnv(t, res, primary, secret)
+	m, intents := e.m, e.intents
 	m.Applied("pr", &ferryv1.SyncIntent{Key: thingKey(), Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h"}}})
 	rt := &ferryv1.RelatedTo{Primary: thingKey(), Identifier: "creds"}
 	it := item{pr: "pr", key: storeKey(thingKey()), related: "creds"}
@@ -72,5 +65,4 @@ func TestResendRelatedSendsAnUnchangedRelatedObjectAgain(t *testing.T) {
 	if n := sent(); n != 1 {
 		t.Fatalf("after the edge asked for it again: %d related intents, want 1", n)
 	}
-	var _ cache.Indexer = store
 }

@@ -9,9 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -71,17 +69,11 @@ func TestRelatedCopyOutsideThePrimarysNamespaceHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	primary := thing("1", map[string]any{"secretName": "app-cert"}, nil)
-	m, _ := testManager(t, primary)
-	res := m.desired["pr"]
+	res := thingsResource()
 	res.Related = refs
-	m.desired["pr"], m.running["pr"].res = res, res
-	m.vwURL = "https://kcp.invalid/vw"
-	secretsGVR := refs[0].Resource
-	m.relWatchers[secretsGVR] = &relatedWatcher{gvr: secretsGVR, synced: true,
-		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{secretsGVR: "SecretList", namespacesGVR: "NamespaceList"},
+	e := newEnv(t, res, primary,
 		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "ns"}}})
+	m, client, secretsGVR := e.m, e.kcp, refs[0].Resource
 	// The fake does not know namespaces: creating in a missing one fails
 	// as kcp does.
 	client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -91,7 +83,6 @@ func TestRelatedCopyOutsideThePrimarysNamespaceHolds(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	m.clients["c"] = client
 	ctx := context.Background()
 	for _, id := range []string{"tls", "same"} {
 		err := m.WriteRelated(ctx, "pr", &ferryv1.RelatedObjectReport{

@@ -5,10 +5,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -29,36 +25,38 @@ func TestReleaseNeverDeletesALiveObjectsRelatedCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := thing("1", map[string]any{"secretName": "s"}, nil) // default/a, u-a
-	m, _ := testManager(t, live)
-	res := m.desired["pr"]
-	res.Related = refs
-	m.desired["pr"], m.running["pr"].res = res, res
-	secretsGVR := refs[0].Resource
 	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
 		"metadata": map[string]any{"name": "s", "namespace": "ns", "uid": "u-s",
 			"labels":      map[string]any{naming.LabelRelatedTo: "u-a", naming.LabelRelatedIdentifier: "tls"},
 			"annotations": map[string]any{"kcp.io/cluster": "c"}}}}
-	store := cache.NewIndexer(clusterKey, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})
-	if err := store.Add(secret); err != nil {
-		t.Fatal(err)
+	res := thingsResource()
+	res.Related = refs
+	e := newEnv(t, res, live, secret)
+	m, client := e.m, e.kcp
+	deletes := func() (n int) {
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "delete" {
+				n++
+			}
+		}
+		return n
 	}
-	m.relWatchers[secretsGVR] = &relatedWatcher{gvr: secretsGVR, synced: true, store: store}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{secretsGVR: "SecretList", thingsGVR: "ThingList"}, secret.DeepCopy())
-	m.clients["c"] = client
-	m.vwURL = "https://kcp.invalid/vw"
 	// The live object's UID under another name.
 	forged := &ferryv1.ObjectKey{Cluster: "c", Resource: thingKey().GetResource(), Namespace: "ns", Name: "b", Uid: "u-a"}
 	err = m.Release(context.Background(), "pr", forged)
 	t.Logf("release: %v", err)
-	// Control: the same confirmation for the live object's own key would
-	// reach the copy (the test can fail).
-	if got := copiesOf(m.relWatchers[secretsGVR], "u-a", ""); len(got) != 1 {
-		t.Fatalf("the related copy is not found by its primary's UID: %d", len(got))
+	if n := deletes(); n != 0 {
+		t.Fatalf("%d related copies of the live object were deleted", n)
 	}
-	for _, a := range client.Actions() {
-		if a.GetVerb() == "delete" {
-			t.Fatalf("a related copy of the live object was deleted: %v", a)
-		}
+	// Control: the live object's own key reaches the copy (the test can
+	// fail): the edge reports its related object gone, and the copy goes.
+	if err := m.WriteRelated(context.Background(), "pr", &ferryv1.RelatedObjectReport{
+		RelatedTo: &ferryv1.RelatedTo{Primary: thingKey(), Identifier: "tls"},
+		State:     &ferryv1.RelatedObjectReport_Gone{Gone: &ferryv1.RelatedObjectGone{}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := deletes(); n != 1 {
+		t.Fatalf("control: the related copy is not found by its primary's key: %d deletes", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
@@ -20,7 +21,9 @@ import (
 type engines struct {
 	newEngine   func(config.APIExportRef, string, string) *engine.Engine
 	idleTimeout time.Duration
-	log         logr.Logger
+	// clock runs the idle timers.
+	clock clock.WithDelayedExecution
+	log   logr.Logger
 
 	mu      sync.Mutex
 	ctx     context.Context // set by start; engines run under it
@@ -33,11 +36,11 @@ type runningEngine struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	attached bool
-	idle     *time.Timer
+	idle     clock.Timer
 }
 
-func newEngines(idleTimeout time.Duration, log logr.Logger, newEngine func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine) *engines {
-	return &engines{newEngine: newEngine, idleTimeout: idleTimeout, log: log, running: map[config.APIExportRef]*runningEngine{}}
+func newEngines(idleTimeout time.Duration, clk clock.WithDelayedExecution, log logr.Logger, newEngine func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine) *engines {
+	return &engines{newEngine: newEngine, idleTimeout: idleTimeout, clock: clk, log: log, running: map[config.APIExportRef]*runningEngine{}}
 }
 
 // start sets the context engines run under.
@@ -89,7 +92,7 @@ func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, lo
 		}
 		run.attached = false
 		ctx := r.ctx
-		run.idle = time.AfterFunc(r.idleTimeout, func() {
+		run.idle = r.clock.AfterFunc(r.idleTimeout, func() {
 			if ctx.Err() != nil {
 				return // shutting down: the context stops the engine
 			}
@@ -97,6 +100,7 @@ func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, lo
 			defer r.mu.Unlock()
 			if r.running[export] == run && !run.attached {
 				r.log.Info("no edge for a while; stopping the sync engine", logging.KeyExport, export.String(), "idle", r.idleTimeout.String())
+				run.idle = nil // fired: nothing to stop (a clock may run this under its own lock)
 				r.stopLocked(export, run)
 			}
 		})
@@ -111,6 +115,17 @@ func (r *engines) stopLocked(export config.APIExportRef, run *runningEngine) {
 	}
 	run.cancel()
 	delete(r.running, export)
+}
+
+// done returns a channel closed once export's running engine has stopped
+// (nil when none runs).
+func (r *engines) done(export config.APIExportRef) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if run, ok := r.running[export]; ok {
+		return run.done
+	}
+	return nil
 }
 
 // get returns export's running engine.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
@@ -24,9 +25,10 @@ type discardSink struct{}
 
 func (discardSink) Control(*ferryv1.ConnectResponse) error { return nil }
 
-func testEngines(t *testing.T, idle time.Duration) *engines {
+// testEngines returns engines whose idle timers run on clk.
+func testEngines(t *testing.T, clk *clocktesting.FakeClock, idle time.Duration) *engines {
 	t.Helper()
-	r := newEngines(idle, logr.Discard(), func(export config.APIExportRef, agent, lc string) *engine.Engine {
+	r := newEngines(idle, clk, logr.Discard(), func(export config.APIExportRef, agent, lc string) *engine.Engine {
 		return engine.New(engine.Options{Export: export, EdgeName: agent, LogicalCluster: lc, Watcher: idleWatcher{},
 			Window: 8, Log: logr.Discard()})
 	})
@@ -41,35 +43,37 @@ func testEngines(t *testing.T, idle time.Duration) *engines {
 
 var testExport = config.APIExportRef{Workspace: "root:team", Name: "things"}
 
-// waitStopped waits until testExport has no running engine.
-func waitStopped(t *testing.T, r *engines) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, ok := r.get(testExport); !ok {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("the engine did not stop")
-}
-
 // TestEngineOutlivesStreamsUntilIdle: a detached engine serves the next
 // stream; one without a stream for the idle timeout stops.
 func TestEngineOutlivesStreamsUntilIdle(t *testing.T) {
-	r := testEngines(t, 200*time.Millisecond)
+	clk := clocktesting.NewFakeClock(time.Now())
+	r := testEngines(t, clk, time.Minute)
 	first, release := r.attach(discardSink{}, testExport, "nora", "lc")
 	release()
+	clk.Step(30 * time.Second)
 	again, release := r.attach(discardSink{}, testExport, "nora", "lc")
 	if again != first {
 		t.Fatal("a reconnect within the idle timeout got a new engine")
 	}
-	time.Sleep(400 * time.Millisecond) // attached: the idle timer does not run
+	clk.Step(2 * time.Minute) // attached: the idle timer does not run
 	if e, ok := r.get(testExport); !ok || e != first {
 		t.Fatal("an attached engine was stopped")
 	}
 	release()
-	waitStopped(t, r)
+	done := r.done(testExport)
+	clk.Step(59 * time.Second)
+	if _, ok := r.get(testExport); !ok {
+		t.Fatal("stopped before the idle timeout")
+	}
+	clk.Step(time.Second)
+	if _, ok := r.get(testExport); ok {
+		t.Fatal("not stopped after the idle timeout")
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle engine's goroutines did not stop")
+	}
 	next, release := r.attach(discardSink{}, testExport, "nora", "lc")
 	defer release()
 	if next == first {
@@ -81,19 +85,17 @@ func TestEngineOutlivesStreamsUntilIdle(t *testing.T) {
 // name, so a new agent name gets a new engine, and the old one has stopped
 // (its writers joined) before the new one is returned.
 func TestAgentChangeReplacesTheEngine(t *testing.T) {
-	r := testEngines(t, time.Hour)
+	r := testEngines(t, clocktesting.NewFakeClock(time.Now()), time.Hour)
 	old, release := r.attach(discardSink{}, testExport, "nora", "lc")
 	release()
-	r.mu.Lock()
-	oldRun := r.running[testExport]
-	r.mu.Unlock()
+	oldDone := r.done(testExport)
 	renamed, release := r.attach(discardSink{}, testExport, "otto", "lc")
 	defer release()
 	if renamed == old || renamed.EdgeName() != "otto" {
 		t.Fatalf("want a new engine for agent otto, got agent %q (same: %v)", renamed.EdgeName(), renamed == old)
 	}
 	select {
-	case <-oldRun.done:
+	case <-oldDone:
 	default:
 		t.Fatal("the old engine was still running when the new one was returned")
 	}

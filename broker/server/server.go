@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
@@ -86,7 +87,7 @@ func New(o Options) *Server {
 	g := newGRPCServer(o)
 	epoch := newEpoch()
 	log := o.Log.WithName("sync")
-	engs := newEngines(o.EngineIdleTimeout, log, func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine {
+	engs := newEngines(o.EngineIdleTimeout, clock.RealClock{}, log, func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine {
 		return engine.New(engine.Options{
 			Export: export, LogicalCluster: logicalCluster, EdgeName: agent, KCP: o.KCP, Publisher: o.Publisher, AllowRelated: allowRelated(o.Config, export),
 			Watcher: o.Resolver, Epoch: epoch, Window: o.InFlightWindow, InventoryGate: inventoryGate,

@@ -119,7 +119,7 @@ func TestServer(t *testing.T) {
 		eng := replication.NewEngine(replication.Options{Agent: "nora", Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()),
 			Kube: kubefake.NewClientset(), Wake: wake, Log: logr.Discard()})
 		h := sessionHandler(eng, wake, pending)
-		h.Connected(&ferryv1.BrokerHello{SessionId: session, ProtocolVersion: 1, Identity: "spiffe://edge",
+		h.Attach(&ferryv1.BrokerHello{SessionId: session, ProtocolVersion: 1, Identity: "spiffe://edge",
 			Capabilities: []ferryv1.Capability{ferryv1.Capability_CAPABILITY_INVENTORY_REQUEST}}, discardSink{})
 		leading := i == 0
 		s.SetSource(&Source{Link: h, Engine: eng, Leading: func() bool { return leading }})

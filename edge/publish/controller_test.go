@@ -100,7 +100,7 @@ func newHarness(t *testing.T, objs ...client.Object) *harness {
 		WithIndex(&ferryv1alpha1.PublishedResource{}, prGroupKindIndex, prGroupKind).
 		Build()
 	store := NewStore("broker.example:443", func() {})
-	store.Connected(&ferryv1.BrokerHello{Export: &ferryv1.ExportStatus{Export: &ferryv1.APIExportReference{WorkspacePath: "root:org", Name: testExport}}})
+	store.Attach(&ferryv1.BrokerHello{Export: &ferryv1.ExportStatus{Export: &ferryv1.APIExportReference{WorkspacePath: "root:org", Name: testExport}}})
 	sync := &fakeSync{}
 	return &harness{t: t, c: c, sync: sync, store: store, r: &Reconciler{
 		Client: c, Mapper: meta.NewDefaultRESTMapper(nil), Store: store, Sync: sync, Log: logr.Discard(),

@@ -159,10 +159,10 @@ func (s *Store) requeue(names ...string) {
 	}
 }
 
-// Connected is called by the stream after each accepted handshake: every
+// Attach is called by the stream after each accepted handshake: every
 // desired Publish is sent again (the broker keeps no per-edge state across
 // streams) and every PublishedResource is reconciled.
-func (s *Store) Connected(hello *ferryv1.BrokerHello) {
+func (s *Store) Attach(hello *ferryv1.BrokerHello) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.connected = true
@@ -178,8 +178,8 @@ func (s *Store) Connected(hello *ferryv1.BrokerHello) {
 	s.requeue(s.namesLocked()...)
 }
 
-// Disconnected is called by the stream when it ends.
-func (s *Store) Disconnected() {
+// Detach is called by the stream when it ends.
+func (s *Store) Detach() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.connected = false
@@ -198,7 +198,7 @@ func (s *Store) namesLocked() []string {
 }
 
 // Outgoing returns the messages to send now, in name order, and considers
-// them sent: if the stream fails, Connected re-sends everything.
+// them sent: if the stream fails, Attach re-sends everything.
 func (s *Store) Outgoing() []*ferryv1.ConnectRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -44,12 +44,12 @@ func TestStoreSendsLatestAndResendsAfterReconnect(t *testing.T) {
 		want []string
 	}{
 		{name: "nothing is sent while disconnected", do: func(s *Store) { s.Set(pub("b", "1")); s.Set(pub("a", "1")) }, want: nil},
-		{name: "connect sends everything, in name order", do: func(s *Store) { s.Connected(hello) }, want: []string{"publish:a@1", "publish:b@1"}},
+		{name: "connect sends everything, in name order", do: func(s *Store) { s.Attach(hello) }, want: []string{"publish:a@1", "publish:b@1"}},
 		{name: "an identical Set is not sent again", do: func(s *Store) { s.Set(pub("a", "1")) }, want: nil},
 		{name: "latest wins", do: func(s *Store) { s.Set(pub("a", "2")); s.Set(pub("a", "3")) }, want: []string{"publish:a@3"}},
 		{name: "remove sends Unpublish", do: func(s *Store) { s.Remove("b") }, want: []string{"unpublish:b"}},
 		{name: "removing the unknown sends nothing", do: func(s *Store) { s.Remove("zzz") }, want: nil},
-		{name: "after a reconnect only what is desired is re-sent", do: func(s *Store) { s.Disconnected(); s.Connected(hello) }, want: []string{"publish:a@3"}},
+		{name: "after a reconnect only what is desired is re-sent", do: func(s *Store) { s.Detach(); s.Attach(hello) }, want: []string{"publish:a@3"}},
 	}
 	s := NewStore("broker:9443", func() {})
 	for _, st := range steps {
@@ -65,7 +65,7 @@ func TestStoreSendsLatestAndResendsAfterReconnect(t *testing.T) {
 
 func TestStoreResults(t *testing.T) {
 	s := NewStore("broker:9443", func() {})
-	s.Connected(&ferryv1.BrokerHello{})
+	s.Attach(&ferryv1.BrokerHello{})
 	s.Set(pub("a", "1"))
 	result := func(name string) *ferryv1.ConnectResponse {
 		return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_PublishResult{PublishResult: &ferryv1.PublishResult{
@@ -99,7 +99,7 @@ func TestWakesOnlyWhenConnected(t *testing.T) {
 	if woken != 0 {
 		t.Fatal("woken while disconnected")
 	}
-	s.Connected(&ferryv1.BrokerHello{})
+	s.Attach(&ferryv1.BrokerHello{})
 	if woken == 0 {
 		t.Fatal("not woken after connect")
 	}
@@ -107,7 +107,7 @@ func TestWakesOnlyWhenConnected(t *testing.T) {
 
 func TestStoreTooLarge(t *testing.T) {
 	s := NewStore("b", func() {})
-	s.Connected(&ferryv1.BrokerHello{})
+	s.Attach(&ferryv1.BrokerHello{})
 	s.Set(pub("big", "1"))
 	msgs := s.Outgoing()
 	s.TooLarge(msgs[0], 5000, 4000)

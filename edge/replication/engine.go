@@ -348,10 +348,10 @@ func (e *Engine) Handle(in *ferryv1.SyncIntent) {
 	e.queue.Add(k)
 }
 
-// Connected attaches a new stream: unanswered reports go out again (the
+// Attach attaches a new stream: unanswered reports go out again (the
 // broker answers each; reports it already wrote cost it a comparison, not a
 // write), and each synced resource's inventory is sent.
-func (e *Engine) Connected(sink Sink) {
+func (e *Engine) Attach(sink Sink) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sink = sink
@@ -362,9 +362,9 @@ func (e *Engine) Connected(sink Sink) {
 	}
 }
 
-// Disconnected drops what only made sense on the stream; intents not yet
+// Detach drops what only made sense on the stream; intents not yet
 // applied are re-sent by the broker on the next stream.
-func (e *Engine) Disconnected() {
+func (e *Engine) Detach() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sink = nil

@@ -56,7 +56,7 @@ func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *lo
 	e.published["pr"] = pub
 	e.watches["pr"] = w
 	sink := &recordingSink{}
-	e.Connected(sink)
+	e.Attach(sink)
 	return e, w, sink
 }
 
@@ -175,15 +175,15 @@ func TestReportsSurviveReconnect(t *testing.T) {
 	if len(first) != 1 {
 		t.Fatalf("want 1 report, got %d", len(first))
 	}
-	e.Disconnected()
-	e.Connected(&recordingSink{})
+	e.Detach()
+	e.Attach(&recordingSink{})
 	again := reportsQueued(e)
 	if len(again) != 1 || again[0].GetStatusReport().GetReportId() != first[0].GetStatusReport().GetReportId() {
 		t.Fatalf("unanswered report not re-sent with its id: %v", again)
 	}
 	e.ReportResult(&ferryv1.ReportResult{ReportId: again[0].GetStatusReport().GetReportId()})
-	e.Disconnected()
-	e.Connected(&recordingSink{})
+	e.Detach()
+	e.Attach(&recordingSink{})
 	if left := reportsQueued(e); len(left) != 0 {
 		t.Fatalf("answered report sent again: %v", left)
 	}

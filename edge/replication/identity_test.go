@@ -96,7 +96,7 @@ func publish(t *testing.T, e *Engine, name string, remote schema.GroupVersionRes
 // inventoryOf returns the entries of pr's inventory sent on a new stream.
 func inventoryOf(t *testing.T, e *Engine, pr string) map[string]*ferryv1.InventoryEntry {
 	t.Helper()
-	e.Connected(&recordingSink{})
+	e.Attach(&recordingSink{})
 	out := map[string]*ferryv1.InventoryEntry{}
 	complete := false
 	for {

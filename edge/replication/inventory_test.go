@@ -50,7 +50,7 @@ func TestInventoryChunksFitTheBrokersLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.Connected(&limitedSink{limit: limit})
+	e.Attach(&limitedSink{limit: limit})
 	var msgs []*ferryv1.ConnectRequest
 	for {
 		m, ok := e.Next()

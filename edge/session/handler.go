@@ -36,20 +36,20 @@ func NewHandler(p *publish.Store, r *replication.Engine, pending <-chan struct{}
 	return &Handler{Publish: p, Replica: r, pending: pending}
 }
 
-// Connected implements stream.Handler.
-func (h *Handler) Connected(hello *ferryv1.BrokerHello, control stream.Sink) {
+// Attach implements stream.Handler.
+func (h *Handler) Attach(hello *ferryv1.BrokerHello, control stream.Sink) {
 	h.mu.Lock()
 	h.publishes = nil
 	h.mu.Unlock()
-	h.Replica.Connected(replication.LimitedSink{Sink: control, Limit: int(hello.GetMaxReceiveMessageBytes())})
-	h.Publish.Connected(hello)
+	h.Replica.Attach(replication.LimitedSink{Sink: control, Limit: int(hello.GetMaxReceiveMessageBytes())})
+	h.Publish.Attach(hello)
 	h.link.connected(hello)
 }
 
-// Disconnected implements stream.Handler.
-func (h *Handler) Disconnected() {
-	h.Publish.Disconnected()
-	h.Replica.Disconnected()
+// Detach implements stream.Handler.
+func (h *Handler) Detach() {
+	h.Publish.Detach()
+	h.Replica.Detach()
 	h.link.disconnected()
 }
 

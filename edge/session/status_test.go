@@ -31,7 +31,7 @@ func TestLinkStatus(t *testing.T) {
 		t.Fatalf("before the first stream: %+v", st)
 	}
 	hello := &ferryv1.BrokerHello{SessionId: "s1", ProtocolVersion: 1, Export: &ferryv1.ExportStatus{LogicalCluster: "lc"}}
-	h.Connected(hello, discardSink{})
+	h.Attach(hello, discardSink{})
 	st := h.Link()
 	if !st.Connected || st.Since.IsZero() || st.Hello.GetSessionId() != "s1" || st.Export.GetLogicalCluster() != "lc" {
 		t.Fatalf("connected: %+v", st)
@@ -47,7 +47,7 @@ func TestLinkStatus(t *testing.T) {
 	if !h.Link().Export.GetVirtualWorkspaceReady() {
 		t.Error("the export status change is not shown")
 	}
-	h.Disconnected()
+	h.Detach()
 	if st := h.Link(); st.Connected || st.Hello.GetSessionId() != "s1" {
 		t.Errorf("disconnected: %+v", st)
 	}
@@ -55,7 +55,7 @@ func TestLinkStatus(t *testing.T) {
 
 func TestHandleRoutesBrokerMessages(t *testing.T) {
 	h := testHandler()
-	h.Connected(&ferryv1.BrokerHello{SessionId: "s1"}, discardSink{})
+	h.Attach(&ferryv1.BrokerHello{SessionId: "s1"}, discardSink{})
 	cases := []struct {
 		name    string
 		msg     *ferryv1.ConnectResponse

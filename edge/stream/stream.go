@@ -62,12 +62,12 @@ type Options struct {
 // with the broker's messages. Implementations must not block on the
 // network.
 type Handler interface {
-	// Connected is called after each accepted handshake, before the loops
+	// Attach is called after each accepted handshake, before the loops
 	// start; control is the stream's control lane (answers go there).
-	Connected(hello *ferryv1.BrokerHello, control Sink)
-	// Disconnected is called when an accepted stream has ended and its
-	// loops have stopped.
-	Disconnected()
+	Attach(hello *ferryv1.BrokerHello, control Sink)
+	// Detach is called when an accepted stream has ended and its loops
+	// have stopped.
+	Detach()
 	// Ready is signalled when Next may have messages.
 	Ready() <-chan struct{}
 	// Next returns the next bulk message to send, or false (called by the
@@ -219,8 +219,8 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 		"waitingFor", export.GetWaitingFor())
 
 	loop := link.NewLoop[*ferryv1.ConnectResponse, *ferryv1.ConnectRequest](controlCapacity)
-	c.opts.Handler.Connected(hello, loop)
-	defer c.opts.Handler.Disconnected()
+	c.opts.Handler.Attach(hello, loop)
+	defer c.opts.Handler.Detach()
 	c.connected.Store(true)
 	c.opts.Metrics.StreamAttempt("accepted")
 	c.opts.Metrics.Connected(true)

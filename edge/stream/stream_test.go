@@ -249,7 +249,7 @@ type fakeHandler struct {
 	ready     chan struct{}
 }
 
-func (h *fakeHandler) Connected(*ferryv1.BrokerHello, Sink) {
+func (h *fakeHandler) Attach(*ferryv1.BrokerHello, Sink) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.connected++
@@ -261,7 +261,7 @@ func (h *fakeHandler) connects() int {
 	return h.connected
 }
 
-func (h *fakeHandler) Disconnected() {}
+func (h *fakeHandler) Detach() {}
 
 func (h *fakeHandler) Ready() <-chan struct{} {
 	h.mu.Lock()
