@@ -189,7 +189,7 @@ func TestRelatedCopyEditedInTheClusterIsAskedForAgain(t *testing.T) {
 	e.ensureRelatedWatchesLocked()
 	rw := e.relWatches[secretsGVR]
 	e.mu.Unlock()
-	e.Connected(&recordingSink{})
+	e.Attach(&recordingSink{})
 	waitUntil(t, "the related cache lists", func() (bool, string) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -349,7 +349,7 @@ func TestInventoryListsRelatedCopies(t *testing.T) {
 			if err := space.store.Add(cached); err != nil {
 				t.Fatal(err)
 			}
-			e.Connected(&recordingSink{})
+			e.Attach(&recordingSink{})
 			var got []*ferryv1.RelatedInventoryEntry
 			complete := false
 			for {
