@@ -232,8 +232,9 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	m.mu.Lock()
 	m.relRefs.Point(it, relatedObjectKey(ref.Resource, srcKey))
 	rw := m.relWatchers[ref.Resource]
+	listed := rw != nil && rw.synced // written under m.mu (relatedSynced)
 	m.mu.Unlock()
-	if rw == nil || !rw.synced {
+	if !listed {
 		return nil // requeued when the watch has listed
 	}
 	gvr := &ferryv1.GroupVersionResource{Group: ref.Resource.Group, Version: ref.Resource.Version, Resource: ref.Resource.Resource}
@@ -318,11 +319,10 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	}
 	m.mu.Lock()
 	m.relReports[it] = r
-	m.mu.Unlock()
-	m.mu.Lock()
 	rw := m.relWatchers[ref.Resource]
+	listed := rw != nil && rw.synced // written under m.mu (relatedSynced)
 	m.mu.Unlock()
-	if rw == nil || !rw.synced {
+	if !listed {
 		return fmt.Errorf("the watch of %s in kcp has not listed yet", ref.Resource)
 	}
 	copies := copiesOf(rw, pk.GetUid(), id)
