@@ -5,7 +5,6 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/naming"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // relatedGone handles a related object that left the service cluster:
@@ -45,13 +44,13 @@ func (e *Engine) relatedGone(rw *relatedWatch, obj any) {
 				continue
 			}
 			key := remoteKey(w.pub, remote)
-			k := protocol.ObjectKeyString(key)
-			if _, deleting := e.deleting[k]; deleting {
+			k := keyFor(w.pub.Name, key)
+			if e.ledger.deleting(k) {
 				continue
 			}
-			e.opts.Log.Info("related copy deleted outside ferry; asking the broker for it again", logging.KeyObject, k,
+			e.opts.Log.Info("related copy deleted outside ferry; asking the broker for it again", logging.KeyObject, k.String(),
 				"related", id, "local", nsName(u.GetNamespace(), u.GetName()))
-			e.report("resend-related|"+k+"|"+id, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
+			e.report("resend-related|"+k.String()+"|"+id, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
 				Key: key, Reason: "deleted", RelatedTo: &ferryv1.RelatedTo{Primary: key, Identifier: id},
 			}}})
 		}

@@ -177,13 +177,11 @@ func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
 		return
 	}
 	key := remoteKey(w.pub, remote)
-	k := protocol.ObjectKeyString(key)
-	sum := sha256.Sum256(data)
-	if prev, ok := e.statusSum[k]; ok && prev == sum {
+	k := keyFor(w.pub.Name, key)
+	if !e.ledger.statusSeen(k, sha256.Sum256(data)) {
 		return
 	}
-	e.statusSum[k] = sum
-	e.report("status|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
+	e.report("status|"+k.String(), &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
 		Key: key, Status: data, LocalResourceVersion: u.GetResourceVersion(),
 	}}})
 }
