@@ -18,37 +18,33 @@ import (
 // broker sends again on request — not from memory — and that upsert is
 // applied although its hash matches the copy's.
 func TestDriftOfCopiesThisEngineAppliedAsksTheBroker(t *testing.T) {
+	update := func(t *testing.T, e *Engine, u *unstructured.Unstructured) {
+		t.Helper()
+		if _, err := e.opts.Dynamic.Resource(localGVR).Namespace(u.GetNamespace()).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name  string
-		drift func(t *testing.T, e *Engine, w *localWatch, copy *unstructured.Unstructured)
+		drift func(t *testing.T, e *Engine, copy *unstructured.Unstructured)
 		want  string
 	}{
-		{name: "deleted by someone else", want: "deleted", drift: func(t *testing.T, e *Engine, w *localWatch, copy *unstructured.Unstructured) {
+		{name: "deleted by someone else", want: "deleted", drift: func(t *testing.T, e *Engine, copy *unstructured.Unstructured) {
 			if err := e.opts.Dynamic.Resource(localGVR).Namespace(copy.GetNamespace()).Delete(context.Background(), copy.GetName(), metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := w.store.Delete(copy); err != nil {
-				t.Fatal(err)
-			}
-			e.localGone(w, copy)
 		}},
-		{name: "spec changed by someone else", want: "changed", drift: func(t *testing.T, e *Engine, w *localWatch, copy *unstructured.Unstructured) {
+		{name: "spec changed by someone else", want: "changed", drift: func(t *testing.T, e *Engine, copy *unstructured.Unstructured) {
 			changed := copy.DeepCopy()
 			changed.SetGeneration(copy.GetGeneration() + 1)
-			if err := w.store.Update(changed); err != nil {
-				t.Fatal(err)
-			}
-			e.localChanged(w, copy, changed)
+			update(t, e, changed)
 		}},
-		{name: "content hash annotation changed by someone else", want: "changed", drift: func(t *testing.T, e *Engine, w *localWatch, copy *unstructured.Unstructured) {
+		{name: "content hash annotation changed by someone else", want: "changed", drift: func(t *testing.T, e *Engine, copy *unstructured.Unstructured) {
 			changed := copy.DeepCopy()
 			ann := changed.GetAnnotations()
 			ann[naming.AnnotationContentHash] = "edited"
 			changed.SetAnnotations(ann)
-			if err := w.store.Update(changed); err != nil {
-				t.Fatal(err)
-			}
-			e.localChanged(w, copy, changed)
+			update(t, e, changed)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,10 +55,7 @@ func TestDriftOfCopiesThisEngineAppliedAsksTheBroker(t *testing.T) {
 			copy.SetAnnotations(ann)
 			copy.SetGeneration(1)
 			copy.SetUID("local-uid")
-			e, w, sink := testEngine(t, true, copy)
-			if err := w.store.Add(copy); err != nil {
-				t.Fatal(err)
-			}
+			e, _, sink := testEngine(t, true, copy)
 			fake := e.opts.Dynamic.(*dynamicfake.FakeDynamicClient)
 			upsert := func(seq uint64) {
 				e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: seq}, PublishedResource: "pr",
@@ -86,7 +79,9 @@ func TestDriftOfCopiesThisEngineAppliedAsksTheBroker(t *testing.T) {
 			}
 			_ = reportsQueued(e)
 
-			tc.drift(t, e, w, copy)
+			// The local watch sees the drift and queues a check of the copy.
+			tc.drift(t, e, copy)
+			waitFor(t, func() (bool, string) { return e.queue.Len() > 0, "no check of the copy queued" })
 			runQueue(t, e)
 			var asked []string
 			for _, m := range reportsQueued(e) {

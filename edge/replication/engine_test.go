@@ -2,9 +2,12 @@ package replication
 
 import (
 	"context"
-	"google.golang.org/protobuf/proto"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
+	clienttesting "k8s.io/client-go/testing"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -34,29 +39,128 @@ var (
 	localGVR  = schema.GroupVersionResource{Group: "svc.example", Version: "v1", Resource: "things"}
 )
 
-// testEngine returns an engine with one published resource whose local
-// watch is the given store (synced or not), over a fake service cluster
-// holding objs.
+// testEngine returns a running engine (without workers: tests drive the
+// apply queue with runQueue) over a fake service cluster holding objs,
+// with one PublishedResource registered through SetPublished, connected
+// to a recording sink. It waits until the engine has listed its namespaces
+// and its local copies (synced), or, with synced false, until listing the
+// local copies failed (the fake cluster forbids it). Options change the
+// PublishedResource before it is registered.
 func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
-	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns",
-		Labels: map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}}})
-	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard()})
-	e.nsSynced = true
+	return testEngineWith(t, engineSetup{unsynced: !synced}, objs...)
+}
+
+// engineSetup varies testEngine's engine.
+type engineSetup struct {
+	// unsynced: listing the local copies is forbidden.
+	unsynced bool
+	// related are the PublishedResource's related objects.
+	related []Related
+	// relatedClusterWide is Options.RelatedClusterWide.
+	relatedClusterWide bool
+}
+
+func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
+	t.Helper()
+	e := liveEngineWith(t, setup, objs...)
 	rules, err := naming.Compile(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules}
-	w := &localWatch{pub: pub, cancel: func() {}, synced: synced,
-		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, copyIndexers())}
-	e.published["pr"] = pub
-	e.watches["pr"] = w
+	e.SetPublished(&Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules,
+		Related: setup.related})
+	waitFor(t, func() (bool, string) {
+		r := e.Resources()
+		if len(r) != 1 {
+			return false, fmt.Sprintf("%d resources", len(r))
+		}
+		if setup.unsynced {
+			return r[0].GetWatchError() != "", "the local watch has not failed yet"
+		}
+		if !r[0].GetListed() {
+			return false, "the local copies are not listed yet"
+		}
+		if len(setup.related) == 0 {
+			return true, ""
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, rel := range setup.related {
+			rw := e.relWatches[rel.Local]
+			if rw == nil || len(rw.spaces) == 0 {
+				return false, "no related watch of " + rel.Local.String()
+			}
+			for ns, space := range rw.spaces {
+				if !space.synced {
+					return false, fmt.Sprintf("the related watch of %s in %q has not listed", rel.Local.String(), ns)
+				}
+			}
+		}
+		return true, ""
+	})
+	e.mu.Lock()
+	w := e.watches["pr"]
+	e.mu.Unlock()
+	// Listing queued the Synced condition; tests see only their own work.
+	for e.queue.Len() > 0 {
+		k, _ := e.queue.Get()
+		e.queue.Done(k)
+	}
 	sink := &recordingSink{}
 	e.Connected(sink)
 	return e, w, sink
+}
+
+// liveEngineWith returns a running engine (without workers) over a fake
+// service cluster holding objs and namespace local-ns, which ferry made for
+// workspace c1, once it has listed its namespaces.
+func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *Engine {
+	t.Helper()
+	// The fake client cannot stream a watch's initial list.
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+	nsLabels := map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}
+	localNS := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+	localNS.SetName("local-ns")
+	localNS.SetLabels(nsLabels)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{localGVR: "ThingList", namespacesGVR: "NamespaceList", secretsGVR: "SecretList"}, append(objs, localNS)...)
+	if setup.unsynced {
+		dyn.PrependReactor("list", localGVR.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errListForbidden
+		})
+	}
+	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns", Labels: nsLabels}})
+	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard(),
+		RelatedClusterWide: setup.relatedClusterWide})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := e.Run(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() (bool, string) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.nsSynced, "the namespaces are not listed yet"
+	})
+	return e
+}
+
+// waitFor polls cond until it holds, failing after 10 seconds with its
+// last reason.
+func waitFor(t *testing.T, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func remoteThing() (*ferryv1.ObjectKey, naming.Remote) {
@@ -144,10 +248,7 @@ func TestDeleteOfUnknownCopyIsConfirmed(t *testing.T) {
 // resource).
 func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
 	key, _ := remoteThing()
-	e, w, sink := testEngine(t, false)
-	e.mu.Lock()
-	w.lastErr = errListForbidden
-	e.mu.Unlock()
+	e, _, sink := testEngine(t, false) // listing the local copies is forbidden
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
 	runQueue(t, e)

@@ -6,15 +6,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	clientfeatures "k8s.io/client-go/features"
-	clientfeaturestesting "k8s.io/client-go/features/testing"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
@@ -48,24 +44,12 @@ func copyFor(name string, gr schema.GroupResource, pr string) *unstructured.Unst
 	return u
 }
 
-// liveEngine returns an engine over a fake service cluster holding objs,
-// with ctx set, so registering a PublishedResource starts its real watch
-// (label selectors included).
+// liveEngine returns a running engine over a fake service cluster holding
+// objs, so registering a PublishedResource starts its real watch (label
+// selectors included).
 func liveEngine(t *testing.T, objs ...runtime.Object) *Engine {
 	t.Helper()
-	// The fake client cannot stream a watch's initial list.
-	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
-	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns",
-		Labels: map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}}})
-	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard()})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	e.mu.Lock()
-	e.ctx = ctx
-	e.nsSynced = true
-	e.mu.Unlock()
-	return e
+	return liveEngineWith(t, engineSetup{}, objs...)
 }
 
 func publish(t *testing.T, e *Engine, name string, remote schema.GroupVersionResource) *localWatch {
