@@ -12,10 +12,13 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
@@ -59,6 +62,14 @@ type engineSetup struct {
 	related []Related
 	// relatedClusterWide is Options.RelatedClusterWide.
 	relatedClusterWide bool
+	// published changes the PublishedResource before it is registered.
+	published func(*Published)
+	// namespacesForbidden: listing namespaces is forbidden (the engine
+	// never knows the namespaces it created).
+	namespacesForbidden bool
+	// stalledWatch: the watch of the local copies sends nothing after the
+	// list (the cache misses what is created since).
+	stalledWatch bool
 }
 
 func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
@@ -68,8 +79,11 @@ func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*E
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetPublished(&Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules,
-		Related: setup.related})
+	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules, Related: setup.related}
+	if setup.published != nil {
+		setup.published(pub)
+	}
+	e.SetPublished(pub)
 	waitFor(t, func() (bool, string) {
 		r := e.Resources()
 		if len(r) != 1 {
@@ -125,9 +139,35 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 	localNS.SetLabels(nsLabels)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{localGVR: "ThingList", namespacesGVR: "NamespaceList", secretsGVR: "SecretList"}, append(objs, localNS)...)
+	// The fake client's watches ignore label selectors; the API server's
+	// do not (a copy of another agent name is never seen).
+	dyn.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		w, err := dyn.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		sel := a.(clienttesting.WatchAction).GetWatchRestrictions().Labels
+		if sel == nil || sel.Empty() {
+			return true, w, nil
+		}
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			m, err := meta.Accessor(ev.Object)
+			return ev, err != nil || sel.Matches(labels.Set(m.GetLabels()))
+		}), nil
+	})
+	if setup.stalledWatch {
+		dyn.PrependWatchReactor(localGVR.Resource, func(clienttesting.Action) (bool, watch.Interface, error) {
+			return true, watch.NewFake(), nil
+		})
+	}
 	if setup.unsynced {
 		dyn.PrependReactor("list", localGVR.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
 			return true, nil, errListForbidden
+		})
+	}
+	if setup.namespacesForbidden {
+		dyn.PrependReactor("list", namespacesGVR.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, forbidden("namespaces is forbidden: cannot list")
 		})
 	}
 	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns", Labels: nsLabels}})
@@ -138,11 +178,13 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 	if err := e.Run(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() (bool, string) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.nsSynced, "the namespaces are not listed yet"
-	})
+	if !setup.namespacesForbidden {
+		waitFor(t, func() (bool, string) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return e.nsSynced, "the namespaces are not listed yet"
+		})
+	}
 	return e
 }
 
@@ -208,7 +250,11 @@ func reportsQueued(e *Engine) []*ferryv1.ConnectRequest {
 // own apply yet. The deletion must not be confirmed before the copy is gone.
 func TestDeleteAfterCreateOnCacheMiss(t *testing.T) {
 	key, remote := remoteThing()
-	e, _, sink := testEngine(t, true, localCopy(remote))
+	e, _, sink := testEngineWith(t, engineSetup{stalledWatch: true})
+	// Applied by this engine; its cache has not seen it yet.
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("local-ns").Create(context.Background(), localCopy(remote), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e.record(keyFor("pr", key), "h", "", "local-ns", "a-copy", 1)
 
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
@@ -362,9 +408,6 @@ func TestResentStateIsAppliedOverADriftedCopy(t *testing.T) {
 	drifted.SetAnnotations(ann)
 	drifted.SetGeneration(2)
 	e, w, sink := testEngine(t, true, drifted)
-	if err := w.store.Add(drifted); err != nil {
-		t.Fatal(err)
-	}
 	old := drifted.DeepCopy()
 	old.SetGeneration(1)
 	e.localChanged(w, old, drifted)
@@ -453,14 +496,11 @@ func TestRenamedAgentDeletesItsOldCopies(t *testing.T) {
 // cluster).
 func TestNotReadyRelatedIntentIsMatchable(t *testing.T) {
 	key, _ := remoteThing()
-	e, _, sink := testEngine(t, false)
+	e, _, sink := testEngineWith(t, engineSetup{namespacesForbidden: true}) // not ready
 	rt := &ferryv1.RelatedTo{Primary: key, Identifier: "creds"}
 	e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "team", Name: "creds"}, PublishedResource: "pr",
 		RelatedTo: rt, Version: &ferryv1.ObjectVersion{Sequence: 3},
 		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
-	e.mu.Lock()
-	e.nsSynced = false // not ready
-	e.mu.Unlock()
 	runQueue(t, e)
 	if len(sink.msgs) != 1 {
 		t.Fatalf("want one answer, got %v", sink.msgs)

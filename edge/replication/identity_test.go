@@ -12,7 +12,6 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -216,11 +215,8 @@ func TestApplyRelabelsAnOrphanedCopy(t *testing.T) {
 			ann := cp.GetAnnotations()
 			ann[naming.AnnotationContentHash] = "h1"
 			cp.SetAnnotations(ann)
-			e, w, sink := testEngine(t, true, cp)
+			e, _, sink := testEngine(t, true, cp)
 			acceptApplies(e)
-			if err := w.store.Add(cp); err != nil {
-				t.Fatal(err)
-			}
 			e.Handle(upsertOf(key, 2, "h1", thingA))
 			runQueue(t, e)
 			if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
@@ -291,7 +287,6 @@ func TestLegacyCopies(t *testing.T) {
 	t.Run("an upsert of its object adopts it in place", func(t *testing.T) {
 		legacy := legacyOf("u-a")
 		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
 		acceptApplies(e)
 		e.Handle(upsertOf(key, 2, "h1", thingA))
 		runQueue(t, e)
@@ -306,8 +301,7 @@ func TestLegacyCopies(t *testing.T) {
 	})
 	t.Run("an upsert of another object of its name does not adopt it", func(t *testing.T) {
 		legacy := legacyOf("u-earlier")
-		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
+		e, _, sink := testEngine(t, true, legacy)
 		acceptApplies(e)
 		e.Handle(upsertOf(key, 2, "h1", thingA))
 		runQueue(t, e)
@@ -328,8 +322,7 @@ func TestLegacyCopies(t *testing.T) {
 			ann[naming.AnnotationUID] = "u-earlier"
 			u.SetAnnotations(ann)
 		})
-		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
+		e, _, sink := testEngine(t, true, legacy)
 		acceptApplies(e)
 		e.Handle(upsertOf(key, 2, "h1", thingA))
 		runQueue(t, e)
@@ -340,8 +333,7 @@ func TestLegacyCopies(t *testing.T) {
 	})
 	t.Run("a delete leaves it", func(t *testing.T) {
 		legacy := legacyOf("u-a")
-		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
+		e, _, sink := testEngine(t, true, legacy)
 		e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
 			Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
 		runQueue(t, e)
@@ -359,17 +351,6 @@ func TestLegacyCopies(t *testing.T) {
 			t.Fatalf("inventory lists %v, want mine-copy only", keysOf(got))
 		}
 	})
-}
-
-func newLegacyStore(t *testing.T, objs ...*unstructured.Unstructured) cache.Indexer {
-	t.Helper()
-	s := cache.NewIndexer(cache.MetaNamespaceKeyFunc, copyIndexers())
-	for _, o := range objs {
-		if err := s.Add(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s
 }
 
 // TestDeleteCopiesDeletesOnlyRelatedCopiesOfItsCopies: deletionPolicy
