@@ -291,18 +291,14 @@ func (l *ledger) resetConflicts(pr string) {
 	delete(l.conflictCount, pr)
 }
 
-// forget drops everything recorded of pr's objects: it is no longer synced
+// forget drops everything recorded of pr's copies: it is no longer synced
 // by this edge (no watch sees its copies, so nothing recorded could be
-// acted on or confirmed).
+// acted on or confirmed). Its pending intents stay: each is answered (not
+// published), or the broker's window would keep them in flight.
 func (l *ledger) forget(pr string) {
 	for k := range l.records {
 		if k.pr == pr {
 			delete(l.records, k)
-		}
-	}
-	for q := range l.pending {
-		if q.object.pr == pr {
-			delete(l.pending, q)
 		}
 	}
 	delete(l.conflictCount, pr)

@@ -76,3 +76,21 @@ func TestRelatedUpsertsWaitWhileWithdrawn(t *testing.T) {
 		t.Fatalf("%d related copies written while withdrawn", n)
 	}
 }
+
+// TestIntentsPendingAtRemovalAreAnswered: an intent received before its
+// PublishedResource was removed is answered (not published, retryable);
+// dropping it with the resource's records would leave it in flight in the
+// broker's window.
+func TestIntentsPendingAtRemovalAreAnswered(t *testing.T) {
+	key, _ := remoteThing()
+	e, _, sink := testEngine(t, true)
+	e.Handle(upsertOf(key, 2, "h1", thingA))
+	e.RemovePublished("pr")
+	runQueue(t, e)
+	if len(sink.msgs) != 1 {
+		t.Fatalf("want one answer, got %v", sink.msgs)
+	}
+	if ae := sink.msgs[0].GetIntentResult().GetError(); ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED || !ae.GetRetryable() {
+		t.Fatalf("answer %v, want a retryable NOT_PUBLISHED", ae)
+	}
+}
