@@ -39,7 +39,7 @@ func (e *Engine) askResendLocked(k ledgerKey, what string) {
 		return
 	}
 	e.opts.Log.Info("local copy "+what+" outside ferry; asking the broker for its desired state", logging.KeyObject, k.String())
-	e.report("resend|"+k.String(), &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
+	e.report(reportKey{kind: reportResend, object: k}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
 		Key: k.objectKey(), Reason: what,
 	}}})
 }

@@ -84,7 +84,7 @@ type Sink interface {
 type Engine struct {
 	opts    Options
 	queue   workqueue.TypedRateLimitingInterface[queueKey]
-	reports *outbox.Outbox[string, *ferryv1.ConnectRequest]
+	reports *outbox.Outbox[reportKey, *ferryv1.ConnectRequest]
 	// reportEpoch is the reports outbox's epoch, stamped on every report
 	// (reports.go).
 	reportEpoch uint64
@@ -145,7 +145,7 @@ func NewEngine(o Options) *Engine {
 		opts: o,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "apply"}),
-		reports:     outbox.New[string, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
+		reports:     outbox.New[reportKey, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
 		reportEpoch: newReportEpoch(),
 		published:   map[string]*Published{},
 		watches:     map[string]*localWatch{},

@@ -315,7 +315,7 @@ func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
 func TestReportsSurviveReconnect(t *testing.T) {
 	e, _, _ := testEngine(t, true)
 	key, _ := remoteThing()
-	e.report("status|x", &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{Key: key, Status: []byte(`{}`)}}})
+	e.report(reportKey{kind: reportStatus, object: keyFor("pr", key)}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{Key: key, Status: []byte(`{}`)}}})
 	first := reportsQueued(e)
 	if len(first) != 1 {
 		t.Fatalf("want 1 report, got %d", len(first))

@@ -50,7 +50,7 @@ func (e *Engine) relatedGone(rw *relatedWatch, obj any) {
 			}
 			e.opts.Log.Info("related copy deleted outside ferry; asking the broker for it again", logging.KeyObject, k.String(),
 				"related", id, "local", nsName(u.GetNamespace(), u.GetName()))
-			e.report("resend-related|"+k.String()+"|"+id, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
+			e.report(reportKey{kind: reportResendRelated, object: k, identifier: id}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
 				Key: key, Reason: "deleted", RelatedTo: &ferryv1.RelatedTo{Primary: key, Identifier: id},
 			}}})
 		}
