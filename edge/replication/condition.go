@@ -3,7 +3,6 @@ package replication
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,16 +10,11 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // conditionFieldManager owns the Synced condition of PublishedResources;
 // the publish controller owns Published.
 const conditionFieldManager = "ferry-edge-replica"
-
-// conditionKeyPrefix marks apply-queue keys that write a PublishedResource's
-// Synced condition (the queue serializes and retries them like applies).
-const conditionKeyPrefix = "condition|"
 
 // syncedCondition is what the Synced condition says.
 type syncedCondition struct {
@@ -29,11 +23,12 @@ type syncedCondition struct {
 	message string
 }
 
-// syncedConditionLocked is the Synced condition w's state calls for.
-func syncedConditionLocked(w *localWatch) syncedCondition {
+// syncedConditionLocked is the Synced condition w's state calls for, with
+// conflicts objects refused because their local name is taken.
+func syncedConditionLocked(w *localWatch, conflicts int) syncedCondition {
 	if w.synced {
 		msg := "the edge watches the local copies"
-		switch n := len(w.conflicts); n {
+		switch n := conflicts; n {
 		case 0:
 		case 1:
 			msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object)"
@@ -58,7 +53,7 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 		e.mu.Unlock()
 		return nil
 	}
-	want := syncedConditionLocked(w)
+	want := syncedConditionLocked(w, e.ledger.conflicts(name))
 	written := w.condition
 	e.mu.Unlock()
 	if written != nil && *written == want {
@@ -85,9 +80,10 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 	return nil
 }
 
-func conditionKey(name string) string { return conditionKeyPrefix + name }
-
-func conditionName(k string) (string, bool) { return strings.CutPrefix(k, conditionKeyPrefix) }
+// conditionKey is the apply-queue item that writes PublishedResource
+// name's Synced condition (the queue serializes and retries it like
+// applies).
+func conditionKey(name string) queueKey { return queueKey{condition: name} }
 
 // countConflict keeps w's count of objects refused with a CONFLICT (their
 // local name is taken) up to date with res, the answer to in, and queues
@@ -96,28 +92,17 @@ func (e *Engine) countConflict(in *ferryv1.SyncIntent, res *ferryv1.IntentResult
 	if in.GetRelatedTo() != nil {
 		return
 	}
-	_, w := e.forRemote(in.GetKey().GetResource())
+	pub, w := e.forRemote(in.GetKey().GetResource())
 	if w == nil {
 		return
 	}
-	k := protocol.ObjectKeyString(in.GetKey())
 	// Final CONFLICTs only: the refusals of a taken name (claim); a 409 of
 	// the API server (retryable) is not one.
 	conflict := res.GetError().GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT && !res.GetError().GetRetryable()
 	e.mu.Lock()
-	_, was := w.conflicts[k]
-	switch {
-	case conflict && !was:
-		if w.conflicts == nil {
-			w.conflicts = map[string]struct{}{}
-		}
-		w.conflicts[k] = struct{}{}
-	case !conflict && was && (res.GetError() == nil || in.GetDelete() != nil):
-		delete(w.conflicts, k)
-	default:
-		e.mu.Unlock()
-		return
-	}
+	changed := e.ledger.answered(keyFor(pub.Name, in.GetKey()), conflict, res.GetError() == nil || in.GetDelete() != nil)
 	e.mu.Unlock()
-	e.queue.Add(conditionKey(w.pub.Name))
+	if changed {
+		e.queue.Add(conditionKey(pub.Name))
+	}
 }

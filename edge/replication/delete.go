@@ -12,7 +12,6 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // Deleting local copies: a deletion is confirmed only once the copy is
@@ -22,17 +21,17 @@ import (
 // is known to be gone: on a cache miss for a copy this engine applied (the
 // informer may not have seen its own apply yet), the copy is read live.
 func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWatch, existing *unstructured.Unstructured) *ferryv1.IntentResult {
-	k := protocol.ObjectKeyString(in.GetKey())
+	k := keyFor(w.pub.Name, in.GetKey())
 	if existing == nil {
 		e.mu.Lock()
-		rec, known := e.applied[k]
+		ns, name, known := e.ledger.appliedAt(k)
 		e.mu.Unlock()
 		if known {
-			got, err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(rec.namespace).Get(ctx, rec.name, metav1.GetOptions{})
+			got, err := e.opts.Dynamic.Resource(w.pub.Local).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
 			case err != nil:
-				return nack(in, classify(err), true, "cannot read %s %s: %v", w.pub.LocalKind, nsName(rec.namespace, rec.name), err)
+				return nack(in, classify(err), true, "cannot read %s %s: %v", w.pub.LocalKind, nsName(ns, name), err)
 			case isCopyOf(got, remoteOf(in.GetKey())) && got.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel():
 				existing = got
 			}
@@ -56,18 +55,18 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		}
 		e.legacyLeft(w, remoteOf(in.GetKey()))
 		e.mu.Lock()
-		e.confirmLocked(in)
+		e.confirmLocked(k, in.GetVersion())
 		e.mu.Unlock()
 		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
 	}
 	// Marked deleting first: the related copies deleted here are not
 	// drift to repair (relatedGone).
 	e.mu.Lock()
-	e.deleting[k] = in
+	e.ledger.deleteIssued(k, in.GetVersion())
 	e.mu.Unlock()
 	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid()); err != nil {
 		e.mu.Lock()
-		delete(e.deleting, k)
+		e.ledger.deleteFailed(k)
 		e.mu.Unlock()
 		return nack(in, classify(err), true, "%v", err)
 	}
@@ -84,8 +83,7 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		// Gone, or replaced by another object (the UID precondition failed):
 		// this object's copy is gone either way.
 		e.mu.Lock()
-		delete(e.deleting, k)
-		e.confirmLocked(in)
+		e.confirmLocked(k, in.GetVersion())
 		e.mu.Unlock()
 	case err != nil:
 		return nack(in, classify(err), true, "cannot delete %s %s: %v", w.pub.LocalKind, nsName(existing.GetNamespace(), existing.GetName()), err)
@@ -140,7 +138,7 @@ func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pu
 	got, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && got.GetUID() != uid) {
 		e.mu.Lock()
-		e.confirmLocked(in)
+		e.confirmLocked(keyFor(pub.Name, in.GetKey()), in.GetVersion())
 		e.mu.Unlock()
 		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
 	}
@@ -148,12 +146,13 @@ func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pu
 		pub.LocalKind, nsName(u.GetNamespace(), u.GetName()))
 }
 
-func (e *Engine) confirmLocked(in *ferryv1.SyncIntent) {
-	k := protocol.ObjectKeyString(in.GetKey())
-	e.opts.Log.V(4).Info("confirming a deletion", logging.KeyObject, k, "sequence", in.GetVersion().GetSequence())
-	delete(e.applied, k)
-	e.report("deleted|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
-		Key: in.GetKey(), Version: in.GetVersion(),
+// confirmLocked confirms the deletion of k's copy, asked for by the delete
+// intent of version.
+func (e *Engine) confirmLocked(k ledgerKey, version *ferryv1.ObjectVersion) {
+	e.opts.Log.V(4).Info("confirming a deletion", logging.KeyObject, k.String(), "sequence", version.GetSequence())
+	e.ledger.confirmed(k)
+	e.report(reportKey{kind: reportDeleted, object: k}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
+		Key: k.objectKey(), Version: version,
 	}}})
 }
 
@@ -167,22 +166,18 @@ func (e *Engine) localGone(w *localWatch, obj any) {
 	if !ok {
 		return
 	}
-	k := protocol.ObjectKeyString(remoteKey(w.pub, remote))
-	e.opts.Log.V(4).Info("local copy gone", logging.KeyObject, k, "local", nsName(u.GetNamespace(), u.GetName()))
+	k := keyFor(w.pub.Name, remoteKey(w.pub, remote))
+	e.opts.Log.V(4).Info("local copy gone", logging.KeyObject, k.String(), "local", nsName(u.GetNamespace(), u.GetName()))
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.statusSum, k)
 	e.forgetRelatedLocked(w, u)
-	if in, ok := e.deleting[k]; ok {
-		delete(e.deleting, k)
-		e.confirmLocked(in)
+	if version, deleting := e.ledger.gone(k); deleting {
+		e.confirmLocked(k, version)
 		return
 	}
-	if _, ok := e.applied[k]; ok {
-		e.queue.Add(k) // deleted by someone else: repaired from the record
-		return
-	}
-	e.askResendLocked(k, remoteKey(w.pub, remote), "deleted")
+	// Deleted by someone else: checked from the apply queue (after any
+	// apply of the object in progress), which asks the broker for it.
+	e.queue.Add(queueKey{object: k})
 }
 
 // remoteOf is the kcp object key names.

@@ -1,105 +1,94 @@
 package replication
 
 import (
-	"context"
-	"fmt"
-
 	"github.com/ferry-dev/ferry/pkg/logging"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // Drift repair: a copy deleted or changed in fields ferry owns by someone
-// else is applied again (from memory, or from the broker for copies an
-// earlier process applied).
+// else is applied again with the desired state the broker sends on request
+// (a ResendRequest). The edge keeps no content of what it applied (its
+// ledger holds hashes and places), so a repair costs a round trip to the
+// broker, not the memory of every object's content; the upsert that comes
+// back is applied even when its hash matches the copy's.
 
-// record remembers what was applied for k.
-func (e *Engine) record(k string, in *ferryv1.SyncIntent, ns, name string, generation int64) {
+// record remembers what was applied for k (hash and shape, place, and the
+// copy's generation right after).
+func (e *Engine) record(k ledgerKey, hash, shape, ns, name string, generation int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.applied[k] = appliedCopy{intent: in, namespace: ns, name: name, generation: generation}
-	delete(e.resend, k)
+	e.ledger.applied(k, hash, shape, ns, name, generation)
 }
 
-func (e *Engine) resendAsked(k string) bool {
+func (e *Engine) resendPending(k ledgerKey) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, ok := e.resend[k]
-	return ok
+	return e.ledger.resendPending(k)
 }
 
-// askResendLocked asks the broker for the desired state of a copy that
-// drifted (deleted or changed by someone else) but was applied by an
-// earlier edge process, so this one cannot repair it from memory.
-func (e *Engine) askResendLocked(k string, key *ferryv1.ObjectKey, what string) {
-	if _, ok := e.applied[k]; ok {
+// askResendLocked asks the broker for the desired state of k's copy, which
+// drifted (deleted or changed by someone else), unless its delete is in
+// flight. The report is the latest per object: asking again while a
+// request is unanswered sends one.
+func (e *Engine) askResendLocked(k ledgerKey, what string) {
+	if !e.ledger.askResend(k) {
 		return
 	}
-	if _, ok := e.deleting[k]; ok {
-		return
-	}
-	e.resend[k] = struct{}{}
-	e.opts.Log.Info("local copy "+what+" outside ferry; asking the broker for its desired state", logging.KeyObject, k)
-	e.report("resend|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
-		Key: key, Reason: what,
+	e.opts.Log.Info("local copy "+what+" outside ferry; asking the broker for its desired state", logging.KeyObject, k.String())
+	e.report(reportKey{kind: reportResend, object: k}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
+		Key: k.objectKey(), Reason: what,
 	}}})
 }
 
 // drifted tells whether a local copy was changed by someone else since this
-// engine applied it: its generation moved (a spec change; status writes do
-// not move it when the CRD has a status subresource) or its content hash
-// annotation is not the applied one. Unknown copies (applied by an earlier
+// engine applied it (ledger.drifted). Unknown copies (applied by an earlier
 // process) are trusted.
-func (e *Engine) drifted(k string, u *unstructured.Unstructured) bool {
+func (e *Engine) drifted(k ledgerKey, u *unstructured.Unstructured) bool {
 	e.mu.Lock()
-	rec, ok := e.applied[k]
-	e.mu.Unlock()
-	if !ok {
-		return false
-	}
-	return u.GetGeneration() != rec.generation ||
-		u.GetAnnotations()[naming.AnnotationContentHash] != rec.intent.GetUpsert().GetContentHash()
+	defer e.mu.Unlock()
+	return e.driftedLocked(k, u)
 }
 
-// repair re-applies the recorded desired state of k when its local copy is
-// gone or drifted (called from the apply queue, so it never races an intent
-// of the same object). Server-side apply resets only the fields ferry owns;
-// fields other managers set stay.
-func (e *Engine) repair(ctx context.Context, k string) error {
-	e.mu.Lock()
-	rec, ok := e.applied[k]
-	_, deleting := e.deleting[k]
-	e.mu.Unlock()
-	if !ok || deleting {
-		return nil
-	}
-	pub, w := e.forRemote(rec.intent.GetKey().GetResource())
-	if pub == nil || w == nil || e.withdrawn(w) {
-		return nil
-	}
-	key := rec.intent.GetKey()
-	existing := e.findLocal(w, naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()})
-	if existing != nil && !e.drifted(k, existing) {
-		return nil
-	}
-	what := "deleted"
-	if existing != nil {
-		what = "changed"
-	}
-	e.opts.Log.Info("local copy "+what+" outside ferry; applying the desired state again", logging.KeyObject, k, "local", nsName(rec.namespace, rec.name))
-	if res := e.apply(ctx, rec.intent); res.GetError() != nil {
-		return fmt.Errorf("%s", res.GetError().GetMessage())
-	}
-	return nil
+func (e *Engine) driftedLocked(k ledgerKey, u *unstructured.Unstructured) bool {
+	ann := u.GetAnnotations()
+	return e.ledger.drifted(k, u.GetGeneration(), ann[naming.AnnotationContentHash], ann[naming.AnnotationShape])
 }
 
-// repairIfDrifted queues the repair of a copy this engine applied whose
-// spec someone else changed, or asks the broker for the desired state of
-// one an earlier process applied (its spec changed: the generation moved).
+// checkCopy looks at k's copy again from the apply queue — after any apply
+// of the same object, which the queue serializes, so the engine's own
+// writes are never taken for drift — and asks the broker for the desired
+// state when the copy is gone or drifted. Nothing is asked while the
+// object's delete is in flight. While the PublishedResource is withdrawn
+// the request still goes: the broker's upsert is refused as retryable until
+// it is published again, and then applied.
+func (e *Engine) checkCopy(k ledgerKey) {
+	pub, w := e.forRemote(k.objectKey().GetResource())
+	if pub == nil || w == nil || pub.Name != k.pr {
+		return
+	}
+	existing := e.findLocal(w, naming.Remote{ClusterName: k.cluster, Namespace: k.namespace, Name: k.name, UID: k.uid})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ledger.deleting(k) {
+		return
+	}
+	switch {
+	case existing == nil:
+		e.askResendLocked(k, "deleted")
+	case !sameObject(existing, k.objectKey()):
+		// Another kcp object's copy at the name: not this one's to repair.
+	case e.driftedLocked(k, existing):
+		e.askResendLocked(k, "changed")
+	}
+}
+
+// repairIfDrifted queues a check of a copy this engine applied whose spec
+// someone else changed, or asks the broker for the desired state of one an
+// earlier process applied (its spec changed: the generation moved).
 func (e *Engine) repairIfDrifted(w *localWatch, old, obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -109,10 +98,9 @@ func (e *Engine) repairIfDrifted(w *localWatch, old, obj any) {
 	if !ok {
 		return
 	}
-	key := remoteKey(w.pub, remote)
-	k := protocol.ObjectKeyString(key)
+	k := keyFor(w.pub.Name, remoteKey(w.pub, remote))
 	if e.drifted(k, u) {
-		e.queue.Add(k)
+		e.queue.Add(queueKey{object: k})
 		return
 	}
 	// A moved generation under unchanged hash and shape annotations is
@@ -121,7 +109,12 @@ func (e *Engine) repairIfDrifted(w *localWatch, old, obj any) {
 		o.GetAnnotations()[naming.AnnotationContentHash] == u.GetAnnotations()[naming.AnnotationContentHash] &&
 		o.GetAnnotations()[naming.AnnotationShape] == u.GetAnnotations()[naming.AnnotationShape] {
 		e.mu.Lock()
-		e.askResendLocked(k, key, "changed")
-		e.mu.Unlock()
+		defer e.mu.Unlock()
+		if _, _, applied := e.ledger.appliedAt(k); applied {
+			// Known copies are judged by drifted above; this is the
+			// engine's own apply (a forced one keeps the hash).
+			return
+		}
+		e.askResendLocked(k, "changed")
 	}
 }

@@ -5,11 +5,12 @@
 // intent, the local status when it changes, and a deletion confirmation once
 // a local copy is known to be gone.
 //
-// The engine outlives streams: its watches, what it applied (content hash,
-// place and generation of every copy) and its report outbox stay when the
-// stream ends; unanswered reports are re-sent on the next stream. It keeps
-// the desired state of every copy, so a copy edited in fields ferry owns or
-// deleted by someone else is repaired at once, without asking the broker.
+// The engine outlives streams: its watches, its ledger (ledger.go: content
+// hash, shape, place and generation of every copy it applied, never the
+// content) and its report outbox stay when the stream ends; unanswered
+// reports are re-sent on the next stream. A copy edited in fields ferry owns
+// or deleted by someone else is repaired within seconds: the edge asks the
+// broker for its desired state and applies it (drift.go).
 //
 // Why server-side apply: the edge's field manager owns exactly the fields the
 // kcp object sets. Fields that other service-cluster controllers or webhooks
@@ -83,8 +84,8 @@ type Sink interface {
 // Engine applies intents and produces reports. Safe for concurrent use.
 type Engine struct {
 	opts    Options
-	queue   workqueue.TypedRateLimitingInterface[string]
-	reports *outbox.Outbox[string, *ferryv1.ConnectRequest]
+	queue   workqueue.TypedRateLimitingInterface[queueKey]
+	reports *outbox.Outbox[reportKey, *ferryv1.ConnectRequest]
 	// reportEpoch is the reports outbox's epoch, stamped on every report
 	// (reports.go).
 	reportEpoch uint64
@@ -93,16 +94,10 @@ type Engine struct {
 	ctx       context.Context
 	published map[string]*Published // by PublishedResource name
 	watches   map[string]*localWatch
-	latest    map[string]*ferryv1.SyncIntent // by object key, awaiting apply
-	deleting  map[string]*ferryv1.SyncIntent // by object key, delete issued, awaiting gone
-	// applied is what this engine applied per object key: the desired
-	// state and where it went (drift repair, deletes on a cache miss).
-	applied map[string]appliedCopy
-	// resend holds the keys of drifted copies this engine did not apply
-	// (an earlier process did) whose desired state it asked the broker for:
-	// the next upsert is applied even when its hash matches the copy's.
-	resend    map[string]struct{}
-	statusSum map[string][32]byte // by object key, last status reported
+	// ledger is the per-object bookkeeping: intents awaiting apply, what
+	// was applied where, resends asked, statuses reported, deletes in
+	// flight, conflicts (ledger.go).
+	ledger *ledger
 	// pre holds this stream's inventory chunks, sent before reports.
 	pre  []*ferryv1.ConnectRequest
 	sink Sink
@@ -123,7 +118,7 @@ type Engine struct {
 	// relParked holds, per primary (object key), the related upserts
 	// waiting for the cache to hold the primary as applied, since when
 	// (related_placement.go).
-	relParked map[string]map[string]time.Time
+	relParked map[ledgerKey]map[queueKey]time.Time
 
 	// admin is the admin view's bookkeeping (objectstate.go).
 	admin adminState
@@ -144,17 +139,6 @@ type localWatch struct {
 	condition *syncedCondition
 	// withdrawn: the PublishedResource is invalid; only deletes are applied.
 	withdrawn bool
-	// conflicts are the objects (keys) refused with a CONFLICT: their local
-	// name is taken (counted in the Synced condition).
-	conflicts map[string]struct{}
-}
-
-// appliedCopy is one local copy as this engine last applied it.
-type appliedCopy struct {
-	intent     *ferryv1.SyncIntent // the upsert
-	namespace  string
-	name       string
-	generation int64
 }
 
 // NewEngine returns an engine; Run starts it.
@@ -164,24 +148,20 @@ func NewEngine(o Options) *Engine {
 	}
 	return &Engine{
 		opts: o,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "apply"}),
-		reports:     outbox.New[string, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queueKey](),
+			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "apply"}),
+		reports:     outbox.New[reportKey, *ferryv1.ConnectRequest](o.ReportWindow, o.Wake),
 		reportEpoch: newReportEpoch(),
 		published:   map[string]*Published{},
 		watches:     map[string]*localWatch{},
-		latest:      map[string]*ferryv1.SyncIntent{},
-		deleting:    map[string]*ferryv1.SyncIntent{},
-		applied:     map[string]appliedCopy{},
-		resend:      map[string]struct{}{},
-		statusSum:   map[string][32]byte{},
+		ledger:      newLedger(),
 		created:     map[string]string{},
 		foreign:     map[string]bool{},
 		relWatches:  map[schema.GroupVersionResource]*relatedWatch{},
 		relRefs:     refindex.New[relKey](),
 		relSum:      map[relKey][32]byte{},
 		relWaiting:  map[string]map[relKey]struct{}{},
-		relParked:   map[string]map[string]time.Time{},
+		relParked:   map[ledgerKey]map[queueKey]time.Time{},
 	}
 }
 
@@ -213,6 +193,8 @@ func (e *Engine) SetPublished(p *Published) {
 		w.cancel()
 		delete(e.watches, p.Name)
 	}
+	// The new revision's answers count its conflicts again.
+	e.ledger.resetConflicts(p.Name)
 	e.published[p.Name] = p
 	e.watchLocked(p)
 	e.ensureRelatedWatchesLocked()
@@ -247,12 +229,19 @@ func (e *Engine) RemovePublished(name string) {
 		w.cancel()
 		delete(e.watches, name)
 	}
+	// No watch sees its copies any more: nothing recorded of them could be
+	// repaired or confirmed.
+	e.ledger.forget(name)
 	e.ensureRelatedWatchesLocked()
 }
 
 func (e *Engine) forRemote(gvr *ferryv1.GroupVersionResource) (*Published, *localWatch) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.forRemoteLocked(gvr)
+}
+
+func (e *Engine) forRemoteLocked(gvr *ferryv1.GroupVersionResource) (*Published, *localWatch) {
 	for name, p := range e.published {
 		if p.Remote.Group == gvr.GetGroup() && p.Remote.Resource == gvr.GetResource() && p.Remote.Version == gvr.GetVersion() {
 			return p, e.watches[name]
@@ -341,11 +330,32 @@ func remoteIndexKey(remote naming.Remote) string {
 // Handle takes a sync intent from the broker (latest wins per object).
 func (e *Engine) Handle(in *ferryv1.SyncIntent) {
 	e.opts.Metrics.IntentReceived(in)
-	k := protocol.IntentKey(in.GetKey(), in.GetRelatedTo())
 	e.mu.Lock()
-	e.latest[k] = in
+	q := e.queueKeyLocked(in)
+	e.ledger.received(q, in)
 	e.mu.Unlock()
-	e.queue.Add(k)
+	e.queue.Add(q)
+}
+
+// queueKeyLocked is in's slot in the apply queue: its object, or for a
+// related object its primary and related[] entry (one slot per reference,
+// whichever object it points at).
+func (e *Engine) queueKeyLocked(in *ferryv1.SyncIntent) queueKey {
+	if rel := in.GetRelatedTo(); rel != nil {
+		return queueKey{object: e.keyLocked(rel.GetPrimary()), related: rel.GetIdentifier()}
+	}
+	return queueKey{object: e.keyLocked(in.GetKey())}
+}
+
+// keyLocked is the ledger key of key's object, routed by the
+// PublishedResource that publishes its kcp resource on this edge (none:
+// the intent is refused).
+func (e *Engine) keyLocked(key *ferryv1.ObjectKey) ledgerKey {
+	pr := ""
+	if p, _ := e.forRemoteLocked(key.GetResource()); p != nil {
+		pr = p.Name
+	}
+	return keyFor(pr, key)
 }
 
 // Attach attaches a new stream: unanswered reports go out again (the
@@ -369,7 +379,7 @@ func (e *Engine) Detach() {
 	defer e.mu.Unlock()
 	e.sink = nil
 	e.pre = nil
-	clear(e.latest)
+	e.ledger.streamEnded()
 	clear(e.relParked) // the broker re-sends them
 }
 
@@ -394,10 +404,9 @@ func (e *Engine) next(ctx context.Context) bool {
 	}
 	defer e.queue.Done(k)
 	e.mu.Lock()
-	in := e.latest[k]
-	delete(e.latest, k)
+	in := e.ledger.take(k)
 	e.mu.Unlock()
-	if name, ok := conditionName(k); ok {
+	if name := k.condition; name != "" {
 		if err := e.writeSyncedCondition(ctx, name); err != nil {
 			e.opts.Log.Error(err, "retrying")
 			e.queue.AddRateLimited(k)
@@ -407,10 +416,8 @@ func (e *Engine) next(ctx context.Context) bool {
 		return true
 	}
 	if in == nil {
-		if err := e.repair(ctx, k); err != nil {
-			e.opts.Log.Error(err, "cannot repair a local copy; retrying", logging.KeyObject, k)
-			e.queue.AddRateLimited(k)
-			return true
+		if k.related == "" {
+			e.checkCopy(k.object)
 		}
 		e.queue.Forget(k)
 		return true
@@ -441,7 +448,7 @@ func (e *Engine) next(ctx context.Context) bool {
 		res = e.apply(ctx, in)
 	}
 	if log := e.opts.Log.V(4); log.Enabled() {
-		log.Info("intent handled", logging.KeyObject, k, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
+		log.Info("intent handled", logging.KeyObject, k.object.String(), "related", k.related, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
 			"local", nsName(res.GetLocalNamespace(), res.GetLocalName()), "error", res.GetError().GetMessage())
 	}
 	e.opts.Metrics.IntentDone(in, res)
@@ -519,14 +526,14 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 				"local", nsName(existing.GetNamespace(), existing.GetName()), logging.KeyObject, protocol.ObjectKeyString(key))
 		}
 	}
-	k := protocol.ObjectKeyString(key)
+	k := keyFor(pub.Name, key)
 	hash := in.GetUpsert().GetContentHash()
 	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash &&
 		existing.GetAnnotations()[naming.AnnotationUID] == key.GetUid() && existing.GetAnnotations()[naming.AnnotationShape] == pub.Shape &&
-		labelledFor(existing, pub) && !e.drifted(k, existing) && !e.resendAsked(k) {
+		labelledFor(existing, pub) && !e.drifted(k, existing) && !e.resendPending(k) {
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
-		e.record(k, in, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
+		e.record(k, hash, pub.Shape, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
 		return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
 	}
 	var obj unstructured.Unstructured
@@ -604,7 +611,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if err != nil {
 		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
 	}
-	e.record(k, in, ns, name, got.GetGeneration())
+	e.record(k, hash, pub.Shape, ns, name, got.GetGeneration())
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 }
 

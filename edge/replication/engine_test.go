@@ -2,25 +2,32 @@ package replication
 
 import (
 	"context"
-	"google.golang.org/protobuf/proto"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
+	clienttesting "k8s.io/client-go/testing"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 type recordingSink struct{ msgs []*ferryv1.ConnectRequest }
@@ -35,29 +42,167 @@ var (
 	localGVR  = schema.GroupVersionResource{Group: "svc.example", Version: "v1", Resource: "things"}
 )
 
-// testEngine returns an engine with one published resource whose local
-// watch is the given store (synced or not), over a fake service cluster
-// holding objs.
+// testEngine returns a running engine (without workers: tests drive the
+// apply queue with runQueue) over a fake service cluster holding objs,
+// with one PublishedResource registered through SetPublished, connected
+// to a recording sink. It waits until the engine has listed its namespaces
+// and its local copies (synced), or, with synced false, until listing the
+// local copies failed (the fake cluster forbids it). Options change the
+// PublishedResource before it is registered.
 func testEngine(t *testing.T, synced bool, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
-	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns",
-		Labels: map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}}})
-	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard()})
-	e.nsSynced = true
+	return testEngineWith(t, engineSetup{unsynced: !synced}, objs...)
+}
+
+// engineSetup varies testEngine's engine.
+type engineSetup struct {
+	// unsynced: listing the local copies is forbidden.
+	unsynced bool
+	// related are the PublishedResource's related objects.
+	related []Related
+	// relatedClusterWide is Options.RelatedClusterWide.
+	relatedClusterWide bool
+	// published changes the PublishedResource before it is registered.
+	published func(*Published)
+	// namespacesForbidden: listing namespaces is forbidden (the engine
+	// never knows the namespaces it created).
+	namespacesForbidden bool
+	// stalledWatch: the watch of the local copies sends nothing after the
+	// list (the cache misses what is created since).
+	stalledWatch bool
+}
+
+func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
+	t.Helper()
+	e := liveEngineWith(t, setup, objs...)
 	rules, err := naming.Compile(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules}
-	w := &localWatch{pub: pub, cancel: func() {}, synced: synced,
-		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, copyIndexers())}
-	e.published["pr"] = pub
-	e.watches["pr"] = w
+	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules, Related: setup.related}
+	if setup.published != nil {
+		setup.published(pub)
+	}
+	e.SetPublished(pub)
+	waitFor(t, func() (bool, string) {
+		r := e.Resources()
+		if len(r) != 1 {
+			return false, fmt.Sprintf("%d resources", len(r))
+		}
+		if setup.unsynced {
+			return r[0].GetWatchError() != "", "the local watch has not failed yet"
+		}
+		if !r[0].GetListed() {
+			return false, "the local copies are not listed yet"
+		}
+		if len(setup.related) == 0 {
+			return true, ""
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, rel := range setup.related {
+			rw := e.relWatches[rel.Local]
+			if rw == nil || len(rw.spaces) == 0 {
+				return false, "no related watch of " + rel.Local.String()
+			}
+			for ns, space := range rw.spaces {
+				if !space.synced {
+					return false, fmt.Sprintf("the related watch of %s in %q has not listed", rel.Local.String(), ns)
+				}
+			}
+		}
+		return true, ""
+	})
+	e.mu.Lock()
+	w := e.watches["pr"]
+	e.mu.Unlock()
+	// Listing queued the Synced condition; tests see only their own work.
+	for e.queue.Len() > 0 {
+		k, _ := e.queue.Get()
+		e.queue.Done(k)
+	}
 	sink := &recordingSink{}
 	e.Attach(sink)
 	return e, w, sink
+}
+
+// liveEngineWith returns a running engine (without workers) over a fake
+// service cluster holding objs and namespace local-ns, which ferry made for
+// workspace c1, once it has listed its namespaces.
+func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *Engine {
+	t.Helper()
+	// The fake client cannot stream a watch's initial list.
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+	nsLabels := map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}
+	localNS := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+	localNS.SetName("local-ns")
+	localNS.SetLabels(nsLabels)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{localGVR: "ThingList", namespacesGVR: "NamespaceList", secretsGVR: "SecretList"}, append(objs, localNS)...)
+	// The fake client's watches ignore label selectors; the API server's
+	// do not (a copy of another agent name is never seen).
+	dyn.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		w, err := dyn.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		sel := a.(clienttesting.WatchAction).GetWatchRestrictions().Labels
+		if sel == nil || sel.Empty() {
+			return true, w, nil
+		}
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			m, err := meta.Accessor(ev.Object)
+			return ev, err != nil || sel.Matches(labels.Set(m.GetLabels()))
+		}), nil
+	})
+	if setup.stalledWatch {
+		dyn.PrependWatchReactor(localGVR.Resource, func(clienttesting.Action) (bool, watch.Interface, error) {
+			return true, watch.NewFake(), nil
+		})
+	}
+	if setup.unsynced {
+		dyn.PrependReactor("list", localGVR.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errListForbidden
+		})
+	}
+	if setup.namespacesForbidden {
+		dyn.PrependReactor("list", namespacesGVR.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, forbidden("namespaces is forbidden: cannot list")
+		})
+	}
+	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns", Labels: nsLabels}})
+	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard(),
+		RelatedClusterWide: setup.relatedClusterWide})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := e.Run(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !setup.namespacesForbidden {
+		waitFor(t, func() (bool, string) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return e.nsSynced, "the namespaces are not listed yet"
+		})
+	}
+	return e
+}
+
+// waitFor polls cond until it holds, failing after 10 seconds with its
+// last reason.
+func waitFor(t *testing.T, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func remoteThing() (*ferryv1.ObjectKey, naming.Remote) {
@@ -105,9 +250,12 @@ func reportsQueued(e *Engine) []*ferryv1.ConnectRequest {
 // own apply yet. The deletion must not be confirmed before the copy is gone.
 func TestDeleteAfterCreateOnCacheMiss(t *testing.T) {
 	key, remote := remoteThing()
-	e, _, sink := testEngine(t, true, localCopy(remote))
-	k := protocol.ObjectKeyString(key)
-	e.record(k, &ferryv1.SyncIntent{Key: key, Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h"}}}, "local-ns", "a-copy", 1)
+	e, _, sink := testEngineWith(t, engineSetup{stalledWatch: true})
+	// Applied by this engine; its cache has not seen it yet.
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("local-ns").Create(context.Background(), localCopy(remote), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.record(keyFor("pr", key), "h", "", "local-ns", "a-copy", 1)
 
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
@@ -146,10 +294,7 @@ func TestDeleteOfUnknownCopyIsConfirmed(t *testing.T) {
 // resource).
 func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
 	key, _ := remoteThing()
-	e, w, sink := testEngine(t, false)
-	e.mu.Lock()
-	w.lastErr = errListForbidden
-	e.mu.Unlock()
+	e, _, sink := testEngine(t, false) // listing the local copies is forbidden
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
 	runQueue(t, e)
@@ -170,7 +315,7 @@ func TestNotReadyIsAnsweredAtOnce(t *testing.T) {
 func TestReportsSurviveReconnect(t *testing.T) {
 	e, _, _ := testEngine(t, true)
 	key, _ := remoteThing()
-	e.report("status|x", &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{Key: key, Status: []byte(`{}`)}}})
+	e.report(reportKey{kind: reportStatus, object: keyFor("pr", key)}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{Key: key, Status: []byte(`{}`)}}})
 	first := reportsQueued(e)
 	if len(first) != 1 {
 		t.Fatalf("want 1 report, got %d", len(first))
@@ -233,6 +378,7 @@ func TestDriftOfCopiesFromAnEarlierProcess(t *testing.T) {
 			} else {
 				e.localChanged(w, tc.old, tc.obj)
 			}
+			runQueue(t, e)
 			var got []string
 			for _, m := range reportsQueued(e) {
 				if r := m.GetResendRequest(); r != nil {
@@ -242,8 +388,10 @@ func TestDriftOfCopiesFromAnEarlierProcess(t *testing.T) {
 			if tc.want == "" && len(got) != 0 || tc.want != "" && (len(got) != 1 || got[0] != tc.want) {
 				t.Fatalf("resend requests %v, want %q", got, tc.want)
 			}
-			if e.queue.Len() != 0 {
-				t.Fatal("a copy this engine did not apply was queued for a repair from memory")
+			for _, a := range e.opts.Dynamic.(*dynamicfake.FakeDynamicClient).Actions() {
+				if a.GetVerb() == "patch" {
+					t.Fatal("a copy this engine did not apply was repaired from memory")
+				}
 			}
 		})
 	}
@@ -260,9 +408,6 @@ func TestResentStateIsAppliedOverADriftedCopy(t *testing.T) {
 	drifted.SetAnnotations(ann)
 	drifted.SetGeneration(2)
 	e, w, sink := testEngine(t, true, drifted)
-	if err := w.store.Add(drifted); err != nil {
-		t.Fatal(err)
-	}
 	old := drifted.DeepCopy()
 	old.SetGeneration(1)
 	e.localChanged(w, old, drifted)
@@ -351,14 +496,11 @@ func TestRenamedAgentDeletesItsOldCopies(t *testing.T) {
 // cluster).
 func TestNotReadyRelatedIntentIsMatchable(t *testing.T) {
 	key, _ := remoteThing()
-	e, _, sink := testEngine(t, false)
+	e, _, sink := testEngineWith(t, engineSetup{namespacesForbidden: true}) // not ready
 	rt := &ferryv1.RelatedTo{Primary: key, Identifier: "creds"}
 	e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "team", Name: "creds"}, PublishedResource: "pr",
 		RelatedTo: rt, Version: &ferryv1.ObjectVersion{Sequence: 3},
 		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{}`)}}})
-	e.mu.Lock()
-	e.nsSynced = false // not ready
-	e.mu.Unlock()
 	runQueue(t, e)
 	if len(sink.msgs) != 1 {
 		t.Fatalf("want one answer, got %v", sink.msgs)

@@ -6,17 +6,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	clientfeatures "k8s.io/client-go/features"
-	clientfeaturestesting "k8s.io/client-go/features/testing"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -48,24 +43,12 @@ func copyFor(name string, gr schema.GroupResource, pr string) *unstructured.Unst
 	return u
 }
 
-// liveEngine returns an engine over a fake service cluster holding objs,
-// with ctx set, so registering a PublishedResource starts its real watch
-// (label selectors included).
+// liveEngine returns a running engine over a fake service cluster holding
+// objs, so registering a PublishedResource starts its real watch (label
+// selectors included).
 func liveEngine(t *testing.T, objs ...runtime.Object) *Engine {
 	t.Helper()
-	// The fake client cannot stream a watch's initial list.
-	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{localGVR: "ThingList"}, objs...)
-	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns",
-		Labels: map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "c1"}}})
-	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard()})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	e.mu.Lock()
-	e.ctx = ctx
-	e.nsSynced = true
-	e.mu.Unlock()
-	return e
+	return liveEngineWith(t, engineSetup{}, objs...)
 }
 
 func publish(t *testing.T, e *Engine, name string, remote schema.GroupVersionResource) *localWatch {
@@ -232,11 +215,8 @@ func TestApplyRelabelsAnOrphanedCopy(t *testing.T) {
 			ann := cp.GetAnnotations()
 			ann[naming.AnnotationContentHash] = "h1"
 			cp.SetAnnotations(ann)
-			e, w, sink := testEngine(t, true, cp)
+			e, _, sink := testEngine(t, true, cp)
 			acceptApplies(e)
-			if err := w.store.Add(cp); err != nil {
-				t.Fatal(err)
-			}
 			e.Handle(upsertOf(key, 2, "h1", thingA))
 			runQueue(t, e)
 			if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
@@ -307,7 +287,6 @@ func TestLegacyCopies(t *testing.T) {
 	t.Run("an upsert of its object adopts it in place", func(t *testing.T) {
 		legacy := legacyOf("u-a")
 		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
 		acceptApplies(e)
 		e.Handle(upsertOf(key, 2, "h1", thingA))
 		runQueue(t, e)
@@ -322,8 +301,7 @@ func TestLegacyCopies(t *testing.T) {
 	})
 	t.Run("an upsert of another object of its name does not adopt it", func(t *testing.T) {
 		legacy := legacyOf("u-earlier")
-		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
+		e, _, sink := testEngine(t, true, legacy)
 		acceptApplies(e)
 		e.Handle(upsertOf(key, 2, "h1", thingA))
 		runQueue(t, e)
@@ -344,8 +322,7 @@ func TestLegacyCopies(t *testing.T) {
 			ann[naming.AnnotationUID] = "u-earlier"
 			u.SetAnnotations(ann)
 		})
-		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
+		e, _, sink := testEngine(t, true, legacy)
 		acceptApplies(e)
 		e.Handle(upsertOf(key, 2, "h1", thingA))
 		runQueue(t, e)
@@ -356,8 +333,7 @@ func TestLegacyCopies(t *testing.T) {
 	})
 	t.Run("a delete leaves it", func(t *testing.T) {
 		legacy := legacyOf("u-a")
-		e, w, sink := testEngine(t, true, legacy)
-		w.legacy = newLegacyStore(t, legacy)
+		e, _, sink := testEngine(t, true, legacy)
 		e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
 			Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
 		runQueue(t, e)
@@ -375,17 +351,6 @@ func TestLegacyCopies(t *testing.T) {
 			t.Fatalf("inventory lists %v, want mine-copy only", keysOf(got))
 		}
 	})
-}
-
-func newLegacyStore(t *testing.T, objs ...*unstructured.Unstructured) cache.Indexer {
-	t.Helper()
-	s := cache.NewIndexer(cache.MetaNamespaceKeyFunc, copyIndexers())
-	for _, o := range objs {
-		if err := s.Add(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s
 }
 
 // TestDeleteCopiesDeletesOnlyRelatedCopiesOfItsCopies: deletionPolicy

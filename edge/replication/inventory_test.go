@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -44,12 +45,11 @@ func longNamedCopies(n int) []any {
 // announced), none lost, the last one complete.
 func TestInventoryChunksFitTheBrokersLimit(t *testing.T) {
 	const copies, limit = 600, 64 << 10
-	e, w, _ := testEngine(t, true)
+	var objs []runtime.Object
 	for _, cp := range longNamedCopies(copies) {
-		if err := w.store.Add(cp); err != nil {
-			t.Fatal(err)
-		}
+		objs = append(objs, cp.(runtime.Object))
 	}
+	e, _, _ := testEngine(t, true, objs...)
 	e.Attach(&limitedSink{limit: limit})
 	var msgs []*ferryv1.ConnectRequest
 	for {

@@ -32,23 +32,36 @@ type adminState struct {
 	// handled holds, per kcp object (without UID: the latest object of the
 	// name wins), the last intent handled and its answer. An entry goes when
 	// a delete succeeded.
-	handled map[string]handledIntent
+	handled map[objectID]handledIntent
 }
 
-// handledIntent is an intent the engine answered.
+// handledIntent is what the admin view keeps of an intent the engine
+// answered: its key, version, content hash and answer — not the object's
+// content, which the view never shows.
 type handledIntent struct {
-	in  *ferryv1.SyncIntent
-	res *ferryv1.IntentResult
-	at  time.Time
+	key           *ferryv1.ObjectKey
+	version       *ferryv1.ObjectVersion
+	hash          string
+	workspacePath string
+	upsert        bool
+	err           *ferryv1.ApplyError
+	at            time.Time
 }
 
-// objectID identifies a kcp object without its UID.
-func objectID(cluster, group, resource, namespace, name string) string {
-	return cluster + "|" + group + "/" + resource + "|" + namespace + "|" + name
+// handledOf is what the admin view keeps of in, answered with res.
+func handledOf(in *ferryv1.SyncIntent, res *ferryv1.IntentResult, at time.Time) handledIntent {
+	return handledIntent{key: in.GetKey(), version: in.GetVersion(), hash: in.GetUpsert().GetContentHash(),
+		workspacePath: in.GetUpsert().GetWorkspacePath(), upsert: in.GetUpsert() != nil, err: res.GetError(), at: at}
 }
 
-func keyID(k *ferryv1.ObjectKey) string {
-	return objectID(k.GetCluster(), k.GetResource().GetGroup(), k.GetResource().GetResource(), k.GetNamespace(), k.GetName())
+// objectID identifies a kcp object without its UID (the admin view shows
+// the latest object of a name).
+type objectID struct {
+	cluster, group, resource, namespace, name string
+}
+
+func keyID(k *ferryv1.ObjectKey) objectID {
+	return objectID{k.GetCluster(), k.GetResource().GetGroup(), k.GetResource().GetResource(), k.GetNamespace(), k.GetName()}
 }
 
 // recordHandled records the answer res to the intent in (primary objects
@@ -70,12 +83,12 @@ func (e *Engine) recordHandled(in *ferryv1.SyncIntent, res *ferryv1.IntentResult
 		return
 	}
 	if e.admin.handled == nil {
-		e.admin.handled = map[string]handledIntent{}
+		e.admin.handled = map[objectID]handledIntent{}
 	}
-	e.admin.handled[id] = handledIntent{in: in, res: res, at: time.Now()}
+	e.admin.handled[id] = handledOf(in, res, time.Now())
 }
 
-func (e *Engine) lastHandled(id string) (handledIntent, bool) {
+func (e *Engine) lastHandled(id objectID) (handledIntent, bool) {
 	e.admin.mu.Lock()
 	defer e.admin.mu.Unlock()
 	h, ok := e.admin.handled[id]
@@ -223,14 +236,14 @@ func (e *Engine) byRemote(p published, workspace, namespace, name string) (*ferr
 	if local != nil {
 		return e.describe(p.pub, local, nil), true
 	}
-	if h, ok := e.lastHandled(objectID(workspace, p.pub.Remote.Group, p.pub.Remote.Resource, namespace, name)); ok {
+	if h, ok := e.lastHandled(objectID{workspace, p.pub.Remote.Group, p.pub.Remote.Resource, namespace, name}); ok {
 		return e.describe(p.pub, nil, &h), true
 	}
 	e.admin.mu.Lock()
 	var found *handledIntent
 	for _, h := range e.admin.handled {
-		k := h.in.GetKey()
-		if h.in.GetUpsert().GetWorkspacePath() == workspace && k.GetResource().GetGroup() == p.pub.Remote.Group &&
+		k := h.key
+		if h.workspacePath == workspace && k.GetResource().GetGroup() == p.pub.Remote.Group &&
 			k.GetResource().GetResource() == p.pub.Remote.Resource && k.GetNamespace() == namespace && k.GetName() == name {
 			found = &h
 			break
@@ -291,20 +304,20 @@ func (e *Engine) describe(pub *Published, local *unstructured.Unstructured, h *h
 	}
 	if h != nil {
 		if out.Key == nil {
-			out.Key = h.in.GetKey()
-			out.WorkspacePath = h.in.GetUpsert().GetWorkspacePath()
+			out.Key = h.key
+			out.WorkspacePath = h.workspacePath
 		}
 		out.LastIntent = &ferryv1.HandledIntent{
-			Operation: "upsert", Version: h.in.GetVersion(), ContentHash: h.in.GetUpsert().GetContentHash(), HandledAt: timestamppb.New(h.at),
+			Operation: "upsert", Version: h.version, ContentHash: h.hash, HandledAt: timestamppb.New(h.at),
 		}
-		if h.in.GetDelete() != nil {
+		if !h.upsert {
 			out.LastIntent.Operation = "delete"
 		}
-		if ae := h.res.GetError(); ae != nil {
+		if ae := h.err; ae != nil {
 			out.LastError = &ferryv1.ObjectError{Source: "intent", Error: ae, At: timestamppb.New(h.at)}
 		}
-		if a := out.GetApplied(); a != nil && h.in.GetUpsert() != nil && h.res.GetError() == nil {
-			a.Current = a.GetContentHash() == h.in.GetUpsert().GetContentHash()
+		if a := out.GetApplied(); a != nil && h.upsert && h.err == nil {
+			a.Current = a.GetContentHash() == h.hash
 		}
 	}
 	out.Summary = edgeSummary(out)

@@ -42,10 +42,7 @@ func TestRequestInventory(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e, w, _ := testEngine(t, tc.synced)
-			if err := w.store.Add(cp); err != nil {
-				t.Fatal(err)
-			}
+			e, _, _ := testEngine(t, tc.synced, cp)
 			drainInventories(e) // the handshake's
 			e.RequestInventory(tc.prs)
 			got := drainInventories(e)
@@ -75,10 +72,7 @@ func TestEdgeObjectState(t *testing.T) {
 	ann := cp.GetAnnotations()
 	ann[naming.AnnotationContentHash], ann[naming.AnnotationResourceVersion] = "h1", "5"
 	cp.SetAnnotations(ann)
-	e, w, _ := testEngine(t, true)
-	if err := w.store.Add(cp); err != nil {
-		t.Fatal(err)
-	}
+	e, _, _ := testEngine(t, true, cp)
 	upsertOf := func(k *ferryv1.ObjectKey, hash string) *ferryv1.SyncIntent {
 		return &ferryv1.SyncIntent{Key: k, PublishedResource: "pr", Version: &ferryv1.ObjectVersion{Sequence: 3, ResourceVersion: "5"},
 			Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: hash}}}

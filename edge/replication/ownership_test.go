@@ -166,11 +166,8 @@ func TestRecreatedObjectTakesOverItsCopy(t *testing.T) {
 	ann[naming.AnnotationUID] = "u-old"
 	ann[naming.AnnotationContentHash] = "h1"
 	old.SetAnnotations(ann)
-	e, w, sink := testEngine(t, true, old)
+	e, _, sink := testEngine(t, true, old)
 	acceptApplies(e)
-	if err := w.store.Add(old); err != nil {
-		t.Fatal(err)
-	}
 	e.Handle(upsertOf(key, 2, "h1", thingA)) // key.Uid is u-a
 	runQueue(t, e)
 	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
@@ -188,10 +185,7 @@ func TestRecreatedObjectTakesOverItsCopy(t *testing.T) {
 func TestDeleteOfAnOldUIDKeepsTheNewObjectsCopy(t *testing.T) {
 	key, remote := remoteThing() // the copy belongs to u-a
 	cp := localCopy(remote)
-	e, w, sink := testEngine(t, true, cp)
-	if err := w.store.Add(cp); err != nil {
-		t.Fatal(err)
-	}
+	e, _, sink := testEngine(t, true, cp)
 	oldKey := &ferryv1.ObjectKey{Cluster: key.GetCluster(), Resource: key.GetResource(), Namespace: key.GetNamespace(), Name: key.GetName(), Uid: "u-old"}
 	e.Handle(&ferryv1.SyncIntent{Key: oldKey, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
@@ -288,10 +282,7 @@ func TestDeleteNeedsTheCopysUID(t *testing.T) {
 	ann := cp.GetAnnotations()
 	delete(ann, naming.AnnotationUID)
 	cp.SetAnnotations(ann)
-	e, w, sink := testEngine(t, true, cp)
-	if err := w.store.Add(cp); err != nil {
-		t.Fatal(err)
-	}
+	e, _, sink := testEngine(t, true, cp)
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
 	runQueue(t, e)

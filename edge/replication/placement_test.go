@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -79,7 +81,11 @@ func TestMisbehavingBrokerCannotPlaceObjects(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e, w, sink := testEngine(t, true)
+			rules, err := naming.Compile(&ferryv1alpha1.ResourceNaming{Namespace: tc.namingNS})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, _, sink := testEngineWith(t, engineSetup{published: func(p *Published) { p.Naming, p.AllowExistingNamespaces = rules, tc.allow }})
 			kube := e.opts.Kube.CoreV1().Namespaces()
 			for _, ns := range []*corev1.Namespace{
 				nsObj("kube-system", nil), nsObj("team", nil),
@@ -90,11 +96,6 @@ func TestMisbehavingBrokerCannotPlaceObjects(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rules, err := naming.Compile(&ferryv1alpha1.ResourceNaming{Namespace: tc.namingNS})
-			if err != nil {
-				t.Fatal(err)
-			}
-			w.pub.Naming, w.pub.AllowExistingNamespaces = rules, tc.allow
 			key, _ := remoteThing()
 			key.Cluster = tc.cluster
 			e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
@@ -152,9 +153,15 @@ func TestRelatedReferencesStayInTheWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _, _ := testEngine(t, true)
-	e.created["c1-other"] = "c1"
-	e.created["c9"] = "c9"
+	// Namespaces this agent created for workspaces c1 and c9.
+	var created []runtime.Object
+	for ns, ws := range map[string]string{"c1-other": "c1", "c9": "c9"} {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+		u.SetName(ns)
+		u.SetLabels(map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: ws})
+		created = append(created, u)
+	}
+	e, _, _ := testEngine(t, true, created...)
 	cases := []struct {
 		ns     string
 		ref    int

@@ -205,7 +205,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		return
 	}
 	e.relSum[rk] = sum
-	e.report(fmt.Sprintf("related|%s|%s|%s", rk.pub, rk.primary, rk.id), &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: report}})
+	e.report(reportKey{kind: reportRelated, related: rk}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: report}})
 }
 
 // forgetRelatedLocked drops the references of a local primary that is gone.

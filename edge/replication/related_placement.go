@@ -7,7 +7,6 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // Placement of kcp-origin related copies reads the reference on the local
@@ -29,46 +28,51 @@ const relatedPrimaryWait = 10 * time.Second
 // wait for the cache to hold its primary's applied version (then it is
 // queued again on the primary's informer event, or after
 // relatedPrimaryWait), or, when it waited that long already, answers it.
-func (e *Engine) waitForPrimary(k string, in *ferryv1.SyncIntent) (wait bool, answer *ferryv1.IntentResult) {
+func (e *Engine) waitForPrimary(k queueKey, in *ferryv1.SyncIntent) (wait bool, answer *ferryv1.IntentResult) {
 	if in.GetUpsert() == nil {
 		return false, nil
 	}
 	pk := in.GetRelatedTo().GetPrimary()
-	pks := protocol.ObjectKeyString(pk)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	rec, applied := e.applied[pks]
+	primaryKey := k.object
+	rec := e.ledger.get(primaryKey)
 	pub := e.published[in.GetPublishedResource()]
-	if !applied || pub == nil || e.watches[pub.Name] == nil {
+	if rec == nil || !rec.applied || pub == nil || e.watches[pub.Name] == nil {
 		// Applied by an earlier process (the cache is all there is), or
 		// refused by applyRelated.
 		return false, nil
 	}
 	primary := e.findLocal(e.watches[pub.Name], remoteOf(pk))
-	if cachedApplied(primary, pk, rec.intent.GetUpsert().GetContentHash()) {
-		delete(e.relParked[pks], k)
-		if len(e.relParked[pks]) == 0 {
-			delete(e.relParked, pks)
-		}
+	if cachedApplied(primary, pk, rec.hash) {
+		e.unparkLocked(primaryKey, k)
 		return false, nil
 	}
-	since, parked := e.relParked[pks][k]
+	since, parked := e.relParked[primaryKey][k]
 	if parked && time.Since(since) >= relatedPrimaryWait {
-		delete(e.relParked[pks], k)
+		e.unparkLocked(primaryKey, k)
 		return false, nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY, true,
 			"related %q: the edge's cache does not hold the primary object as applied after %s", in.GetRelatedTo().GetIdentifier(), relatedPrimaryWait)
 	}
 	if !parked {
-		if e.relParked[pks] == nil {
-			e.relParked[pks] = map[string]time.Time{}
+		if e.relParked[primaryKey] == nil {
+			e.relParked[primaryKey] = map[queueKey]time.Time{}
 		}
-		e.relParked[pks][k] = time.Now()
+		e.relParked[primaryKey][k] = time.Now()
 		e.queue.AddAfter(k, relatedPrimaryWait) // the bound
 	}
-	if _, newer := e.latest[k]; !newer {
-		e.latest[k] = in
+	if e.ledger.pending[k] == nil {
+		e.ledger.received(k, in) // kept unless a newer one arrived meanwhile
 	}
 	return true, nil
+}
+
+// unparkLocked forgets that k waits for primary.
+func (e *Engine) unparkLocked(primary ledgerKey, k queueKey) {
+	delete(e.relParked[primary], k)
+	if len(e.relParked[primary]) == 0 {
+		delete(e.relParked, primary)
+	}
 }
 
 // cachedApplied tells whether primary, the cache's copy of pk, is exactly
@@ -88,7 +92,7 @@ func (e *Engine) primaryCachedLocked(w *localWatch, primary *unstructured.Unstru
 	if !ok {
 		return
 	}
-	for k := range e.relParked[protocol.ObjectKeyString(remoteKey(w.pub, remote))] {
+	for k := range e.relParked[keyFor(w.pub.Name, remoteKey(w.pub, remote))] {
 		e.queue.Add(k)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // TestRelatedWaitsForTheAppliedPrimary: a related object is placed where
@@ -42,8 +41,7 @@ func TestRelatedWaitsForTheAppliedPrimary(t *testing.T) {
 			remote, _ := naming.RemoteFrom(current.GetLabels(), current.GetAnnotations())
 			pk := remoteKey(w.pub, remote)
 			// This engine applied the primary's current version (h2).
-			e.record(protocol.ObjectKeyString(pk), &ferryv1.SyncIntent{Key: pk, Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h2"}}},
-				"local-ns", "a-copy", 1)
+			e.record(keyFor(w.pub.Name, pk), "h2", "", "local-ns", "a-copy", 1)
 			old := tc.cached(current)
 			if old != nil {
 				if err := w.store.Add(old); err != nil {

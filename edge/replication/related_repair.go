@@ -13,7 +13,6 @@ import (
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // Repair of kcp-origin related copies. The edge keeps no content of related
@@ -153,13 +152,13 @@ func (e *Engine) askRelatedAgainLocked(rw *relatedWatch, u *unstructured.Unstruc
 				continue
 			}
 			key := remoteKey(w.pub, remote)
-			k := protocol.ObjectKeyString(key)
-			if _, deleting := e.deleting[k]; deleting {
+			k := keyFor(w.pub.Name, key)
+			if e.ledger.deleting(k) {
 				continue
 			}
-			e.opts.Log.Info("related copy "+what+" outside ferry; asking the broker for it again", logging.KeyObject, k,
+			e.opts.Log.Info("related copy "+what+" outside ferry; asking the broker for it again", logging.KeyObject, k.String(),
 				"related", id, "local", nsName(u.GetNamespace(), u.GetName()))
-			e.report("resend-related|"+k+"|"+id, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
+			e.report(reportKey{kind: reportResendRelated, object: k, identifier: id}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_ResendRequest{ResendRequest: &ferryv1.ResendRequest{
 				Key: key, Reason: what, RelatedTo: &ferryv1.RelatedTo{Primary: key, Identifier: id},
 			}}})
 		}

@@ -34,28 +34,28 @@ func TestDeletedRelatedCopyIsAskedForAgain(t *testing.T) {
 		{name: "deleted along with its primary", primaryDeleting: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, w, _ := testEngine(t, true)
-			w.pub.Related = []Related{{Reference: refs[0], Local: secretsGVR}}
-			space := &relatedSpace{synced: true, cancel: func() {}, store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
-			rw := &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"local-ns": space}}
-			e.relWatches[secretsGVR] = rw
 			primary := primaryIn("c1", "local-ns", "a-copy", "creds")
 			if tc.primaryDeleting {
 				now := metav1Now()
 				primary.SetDeletionTimestamp(&now)
-			}
-			if err := w.store.Add(primary); err != nil {
-				t.Fatal(err)
+				primary.SetFinalizers([]string{"example.com/cleanup"})
 			}
 			secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret"}}
 			secret.SetNamespace("local-ns")
 			secret.SetName("creds")
 			secret.SetLabels(map[string]string{naming.LabelAgent: "nora", naming.LabelRelatedTo: primary.GetAnnotations()[naming.AnnotationUID],
 				naming.LabelRelatedIdentifier: "creds"})
+			e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}}, primary)
+			_ = reportsQueued(e) // what listing reported
 
+			// The related watch saw the Secret go.
+			e.mu.Lock()
+			rw := e.relWatches[secretsGVR]
+			e.mu.Unlock()
 			e.relatedGone(rw, cache.DeletedFinalStateUnknown{Key: "local-ns/creds", Obj: secret})
+			reports := reportsQueued(e)
 			var asked []string
-			for _, m := range reportsQueued(e) {
+			for _, m := range reports {
 				if r := m.GetResendRequest(); r != nil {
 					if r.GetRelatedTo().GetIdentifier() != "creds" || r.GetRelatedTo().GetPrimary().GetUid() != primary.GetAnnotations()[naming.AnnotationUID] {
 						t.Fatalf("resend request %v does not name the related entry of the primary", r)

@@ -2,16 +2,19 @@ package replication
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/related"
 )
 
@@ -25,7 +28,7 @@ func primaryIn(cluster, ns, name, secretName string) *unstructured.Unstructured 
 		"spec": map[string]any{"secretName": secretName}}}
 	u.SetNamespace(ns)
 	u.SetName(name)
-	u.SetLabels(naming.Labels("nora", remote))
+	u.SetLabels(objects.MergeStrings(naming.Labels("nora", remote), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
 	u.SetAnnotations(naming.Annotations(remote))
 	return u
 }
@@ -69,52 +72,48 @@ func TestSharedRelatedObjectIsNeverCopied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, w, _ := testEngine(t, true)
-	w.pub.Related = []Related{{Reference: refs[0], Local: secretsGVR}}
-	space := &relatedSpace{synced: true, cancel: func() {}, store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
-	e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"acc-cm": space}}
 	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"tls.key": "c2VjcmV0"}}}
 	secret.SetNamespace("acc-cm")
 	secret.SetName("app-cert")
-	if err := space.store.Add(secret); err != nil {
-		t.Fatal(err)
+	// acc-cm is not a namespace ferry made: the related cache is
+	// cluster-wide.
+	e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}, relatedClusterWide: true}, secret)
+	copies := e.opts.Dynamic.Resource(localGVR).Namespace("acc-cm")
+	states := map[string]string{}
+	waitStates := func(want map[string]string) {
+		t.Helper()
+		waitFor(t, func() (bool, string) {
+			maps.Copy(states, relatedStates(e))
+			for ws, st := range want {
+				if states[ws] != st {
+					return false, fmt.Sprintf("related states %v, want %v", states, want)
+				}
+			}
+			return true, ""
+		})
 	}
 	a := primaryIn("ws-a", "acc-cm", "a-app", "app-cert")
 	b := primaryIn("ws-b", "acc-cm", "b-app", "app-cert")
+	ctx := context.Background()
 
-	e.mu.Lock()
-	e.reportRelatedLocked(w, a)
-	e.mu.Unlock()
-	if got := relatedStates(e); got["ws-a"] != "object" {
-		t.Fatalf("one primary: %v, want the object reported", got)
+	if _, err := copies.Create(ctx, a, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	waitStates(map[string]string{"ws-a": "object"})
 
 	// A second workspace points at the same Secret: both are told.
-	if err := w.store.Add(a); err != nil {
+	if _, err := copies.Create(ctx, b, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.store.Add(b); err != nil {
-		t.Fatal(err)
-	}
-	e.mu.Lock()
-	e.reportRelatedLocked(w, b)
-	e.mu.Unlock()
-	if got := relatedStates(e); got["ws-a"] != "conflict" || got["ws-b"] != "conflict" {
-		t.Fatalf("shared: %v, want a conflict for both", got)
-	}
+	waitStates(map[string]string{"ws-a": "conflict", "ws-b": "conflict"})
 
 	// b gets its own Secret name: a's Secret is copied again, b's is gone.
 	b2 := b.DeepCopy()
 	b2.Object["spec"] = map[string]any{"secretName": "b-cert"}
-	if err := w.store.Update(b2); err != nil {
+	if _, err := copies.Update(ctx, b2, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.mu.Lock()
-	e.reportRelatedLocked(w, b2)
-	e.mu.Unlock()
-	if got := relatedStates(e); got["ws-a"] != "object" || got["ws-b"] != "gone" {
-		t.Fatalf("after the rename: %v, want a's object and b's gone", got)
-	}
+	waitStates(map[string]string{"ws-a": "object", "ws-b": "gone"})
 }
 
 // TestRelatedCacheHoldsOnlyFerrysNamespaces: the edge used to cache every
@@ -134,27 +133,23 @@ func TestRelatedCacheHoldsOnlyFerrysNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, clusterWide := range []bool{false, true} {
-		e, w, _ := testEngine(t, true)
-		e.opts.RelatedClusterWide = clusterWide
-		w.pub.Related = []Related{{Reference: refs[0], Local: secretsGVR}}
-		e.nsStore = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+		// ws-a is a namespace ferry made for a workspace (as local-ns is);
+		// team-x is not.
 		ferryNS := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
 		ferryNS.SetName("ws-a")
-		if err := e.nsStore.Add(ferryNS); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
+		ferryNS.SetLabels(map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: "a"})
+		otherNS := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+		otherNS.SetName("team-x")
+		e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}, relatedClusterWide: clusterWide},
+			ferryNS, otherNS)
 		e.mu.Lock()
-		e.ctx = ctx
-		e.ensureRelatedWatchesLocked()
 		var got []string
 		for ns := range e.relWatches[secretsGVR].spaces {
 			got = append(got, ns)
 		}
 		e.mu.Unlock()
-		cancel()
 		slices.Sort(got)
-		want := []string{"shared-certs", "ws-a"}
+		want := []string{"local-ns", "shared-certs", "ws-a"}
 		if clusterWide {
 			want = []string{""}
 		}

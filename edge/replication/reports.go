@@ -29,6 +29,45 @@ import (
 // and the epoch tells those apart. (The broker also answers a report only on
 // the stream it came on.)
 
+// reportKind is what a report says; with the object it is about, its key in
+// the outbox (the latest report per key is sent).
+type reportKind uint8
+
+const (
+	reportStatus reportKind = iota + 1
+	reportDeleted
+	reportResend
+	reportResendRelated
+	reportRelated
+)
+
+// reportKey is a report's key in the outbox: its kind and the object it is
+// about (object for primaries, with identifier for a resend of a related
+// entry; related for a related object's report).
+type reportKey struct {
+	kind       reportKind
+	object     ledgerKey
+	identifier string
+	related    relKey
+}
+
+// String is k as logs show it.
+func (k reportKey) String() string {
+	switch k.kind {
+	case reportStatus:
+		return "status " + k.object.String()
+	case reportDeleted:
+		return "deleted " + k.object.String()
+	case reportResend:
+		return "resend " + k.object.String()
+	case reportResendRelated:
+		return "resend " + k.object.String() + " related " + k.identifier
+	case reportRelated:
+		return "related " + k.related.pub + " " + k.related.primary + " " + k.related.id
+	}
+	return "unknown report"
+}
+
 // newReportEpoch returns a random, non-zero report epoch.
 func newReportEpoch() uint64 {
 	var b [8]byte
@@ -112,7 +151,7 @@ func (e *Engine) ReportResult(r *ferryv1.ReportResult) {
 		e.opts.Metrics.ReportAnswered(r, entry.Queued())
 	}
 	if ok && r.GetError() != nil {
-		e.opts.Log.Info("broker could not apply a report (final)", "report", entry.Key, "message", r.GetError().GetMessage())
+		e.opts.Log.Info("broker could not apply a report (final)", "report", entry.Key.String(), "message", r.GetError().GetMessage())
 	}
 }
 
@@ -146,7 +185,7 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectRequest, size, limit int) {
 }
 
 // report queues a report as the latest for its key.
-func (e *Engine) report(key string, m *ferryv1.ConnectRequest) {
+func (e *Engine) report(key reportKey, m *ferryv1.ConnectRequest) {
 	e.opts.Metrics.ReportQueued(m)
 	e.reports.Put(key, m)
 }
@@ -177,13 +216,11 @@ func (e *Engine) reportStatusLocked(w *localWatch, obj any) {
 		return
 	}
 	key := remoteKey(w.pub, remote)
-	k := protocol.ObjectKeyString(key)
-	sum := sha256.Sum256(data)
-	if prev, ok := e.statusSum[k]; ok && prev == sum {
+	k := keyFor(w.pub.Name, key)
+	if !e.ledger.statusSeen(k, sha256.Sum256(data)) {
 		return
 	}
-	e.statusSum[k] = sum
-	e.report("status|"+k, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
+	e.report(reportKey{kind: reportStatus, object: k}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_StatusReport{StatusReport: &ferryv1.StatusReport{
 		Key: key, Status: data, LocalResourceVersion: u.GetResourceVersion(),
 	}}})
 }

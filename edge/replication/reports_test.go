@@ -27,14 +27,15 @@ func answerTo(m *ferryv1.ConnectRequest) *ferryv1.ReportResult {
 // which was not written (issue 18, item 6).
 func TestReportAnswerOfAnotherEpochIsDropped(t *testing.T) {
 	earlier := NewEngine(Options{Log: logr.Discard()})
-	earlier.report("status|a", statusReport("a"))
+	earlier.report(reportKey{kind: reportStatus, object: ledgerKeyOf("pr", "a", "u-a")}, statusReport("a"))
 	old, ok := earlier.Next()
 	if !ok {
 		t.Fatal("the earlier engine sent no report")
 	}
 
 	e := NewEngine(Options{Log: logr.Discard()})
-	e.report("status|b", statusReport("b"))
+	b := reportKey{kind: reportStatus, object: ledgerKeyOf("pr", "b", "u-b")}
+	e.report(b, statusReport("b"))
 	sent, ok := e.Next()
 	if !ok {
 		t.Fatal("no report sent")
@@ -44,14 +45,14 @@ func TestReportAnswerOfAnotherEpochIsDropped(t *testing.T) {
 	}
 
 	e.ReportResult(answerTo(old))
-	if _, inFlight := e.reports.InFlight("status|b"); !inFlight {
+	if _, inFlight := e.reports.InFlight(b); !inFlight {
 		t.Fatal("an answer to the earlier engine's report 1 acked this engine's report 1")
 	}
 	if sent.GetStatusReport().GetReportEpoch() == 0 {
 		t.Fatal("a report without an epoch")
 	}
 	e.ReportResult(answerTo(sent))
-	if _, inFlight := e.reports.InFlight("status|b"); inFlight {
+	if _, inFlight := e.reports.InFlight(b); inFlight {
 		t.Fatal("the answer to the report was not taken")
 	}
 }

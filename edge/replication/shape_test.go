@@ -26,18 +26,11 @@ func TestShapeChangeReachesExistingCopies(t *testing.T) {
 		u.SetAnnotations(ann)
 		return u
 	}
-	e, w, _ := testEngine(t, true)
-	acceptApplies(e)
-	w.pub.Shape = "s2"
+	shape := engineSetup{published: func(p *Published) { p.Shape = "s2" }}
 	current, old := withShape("current", "s2"), withShape("old", "s1")
-	for _, u := range []*unstructured.Unstructured{current, old} {
-		if err := w.store.Add(u); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.mu.Lock()
-	e.sendInventoryLocked(w)
-	e.mu.Unlock()
+	e, _, _ := testEngineWith(t, shape, current, old)
+	drainInventories(e) // the handshake's
+	e.RequestInventory(nil)
 	got := map[string]string{}
 	for {
 		m, ok := e.Next()
@@ -53,12 +46,8 @@ func TestShapeChangeReachesExistingCopies(t *testing.T) {
 	}
 
 	// The re-sent intent (same kcp content) is applied over the old shape.
-	e2, w2, _ := testEngine(t, true, old)
+	e2, _, _ := testEngineWith(t, shape, old)
 	acceptApplies(e2)
-	w2.pub.Shape = "s2"
-	if err := w2.store.Add(old); err != nil {
-		t.Fatal(err)
-	}
 	key.Name = old.GetAnnotations()[naming.AnnotationName]
 	e2.Handle(upsertOf(key, 2, "h1", thingA))
 	runQueue(t, e2)

@@ -3,8 +3,6 @@ package replication
 import (
 	"testing"
 
-	"k8s.io/client-go/tools/cache"
-
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/related"
 
@@ -20,9 +18,6 @@ func TestDeletesFlowWhileWithdrawn(t *testing.T) {
 	cp := localCopy(remote)
 	e, w, sink := testEngine(t, true, cp)
 	acceptApplies(e)
-	if err := w.store.Add(cp); err != nil {
-		t.Fatal(err)
-	}
 	e.WithdrawPublished("pr")
 
 	other := &ferryv1.ObjectKey{Cluster: "c1", Resource: key.GetResource(), Namespace: "team", Name: "b", Uid: "u-b"}
@@ -60,12 +55,6 @@ func TestDeletesFlowWhileWithdrawn(t *testing.T) {
 // written while its PublishedResource is withdrawn (invalid).
 func TestRelatedUpsertsWaitWhileWithdrawn(t *testing.T) {
 	key, remote := remoteThing()
-	e, w, sink := testEngine(t, true)
-	acceptApplies(e)
-	cp := localCopy(remote)
-	if err := w.store.Add(cp); err != nil {
-		t.Fatal(err)
-	}
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
 		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "metadata.name"}},
@@ -73,9 +62,8 @@ func TestRelatedUpsertsWaitWhileWithdrawn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.pub.Related = []Related{{Reference: refs[0], Local: secretsGVR}}
-	e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"local-ns": {synced: true, cancel: func() {},
-		store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})}}}
+	e, _, sink := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}}, localCopy(remote))
+	acceptApplies(e)
 	e.WithdrawPublished("pr")
 	e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "team", Name: "creds"}, PublishedResource: "pr",
 		RelatedTo: &ferryv1.RelatedTo{Primary: key, Identifier: "creds"}, Version: &ferryv1.ObjectVersion{Sequence: 3},
@@ -86,5 +74,23 @@ func TestRelatedUpsertsWaitWhileWithdrawn(t *testing.T) {
 	}
 	if n := len(patches(t, e)); n != 0 {
 		t.Fatalf("%d related copies written while withdrawn", n)
+	}
+}
+
+// TestIntentsPendingAtRemovalAreAnswered: an intent received before its
+// PublishedResource was removed is answered (not published, retryable);
+// dropping it with the resource's records would leave it in flight in the
+// broker's window.
+func TestIntentsPendingAtRemovalAreAnswered(t *testing.T) {
+	key, _ := remoteThing()
+	e, _, sink := testEngine(t, true)
+	e.Handle(upsertOf(key, 2, "h1", thingA))
+	e.RemovePublished("pr")
+	runQueue(t, e)
+	if len(sink.msgs) != 1 {
+		t.Fatalf("want one answer, got %v", sink.msgs)
+	}
+	if ae := sink.msgs[0].GetIntentResult().GetError(); ae.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED || !ae.GetRetryable() {
+		t.Fatalf("answer %v, want a retryable NOT_PUBLISHED", ae)
 	}
 }

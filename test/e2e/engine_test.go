@@ -202,6 +202,35 @@ func TestEngineOutlivesStreams(t *testing.T) {
 		return v == "v1" && r == "eu", fmt.Sprintf("spec.fieldV1 = %q, spec.region = %q", v, r)
 	})
 
+	// The same for a copy this edge process applied (barrel-001, the
+	// marker): the edge keeps no content of what it applied and asks the
+	// broker for the desired state, within seconds.
+	own := e.waitLocal(t, "default", "barrel-001", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+	repairStart := time.Now()
+	if err := e.local.Namespace(own.GetNamespace()).Delete(ctx, own.GetName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	own = e.waitLocal(t, "default", "barrel-001", func(u *unstructured.Unstructured) (bool, string) {
+		v, _ := specField(u, "fieldV1")
+		return u.GetUID() != own.GetUID() && v == "v2", fmt.Sprintf("uid %s, spec.fieldV1 = %q", u.GetUID(), v)
+	})
+	if took := time.Since(repairStart); took > 15*time.Second {
+		t.Errorf("a copy this edge applied, deleted by hand, came back after %s", took)
+	}
+	repairStart = time.Now()
+	if _, err := e.local.Namespace(own.GetNamespace()).Patch(ctx, own.GetName(), types.MergePatchType,
+		[]byte(`{"spec":{"fieldV1":"edited-by-hand"}}`), metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLocal(t, "default", "barrel-001", func(u *unstructured.Unstructured) (bool, string) {
+		v, _ := specField(u, "fieldV1")
+		return v == "v2", fmt.Sprintf("spec.fieldV1 = %q", v)
+	})
+	if took := time.Since(repairStart); took > 15*time.Second {
+		t.Errorf("a copy this edge applied, edited by hand, was reset after %s", took)
+	}
+	t.Logf("copies this edge applied repaired within %s", time.Since(repairStart).Round(time.Millisecond))
+
 	// Created and deleted at once: nothing left on either side. Three
 	// rounds: kcp sometimes deletes an object whose finalizer the broker
 	// added concurrently (kubernetes/kubernetes#77988), about one object in
