@@ -595,19 +595,17 @@ func (m *Manager) reconcileLocked() {
 		if _, ok := m.running[pr]; ok {
 			continue
 		}
-		dyn, err := m.clientLocked("*")
-		if err != nil {
-			m.opts.Log.Error(err, "cannot build a virtual workspace client")
-			return
-		}
-		ctx, cancel := context.WithCancel(m.ctx)
-		w := &watcher{res: res, store: newStore(), cancel: cancel}
-		m.running[pr] = w
+		w := &watcher{res: res, store: newStore()}
 		// Unfiltered: an object that leaves spec.filter must still be seen
 		// (as out of scope, not as deleted), or its finalizer would stay.
-		lw := m.countLists(watching.ListWatch(dyn.Resource(res.GVR), ""))
+		// m.listed waits for m.mu: w is running before it is called.
+		cancel, ok := m.watchLocked(res.GVR, "", w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { m.listed(pr, w) })
+		if !ok {
+			return
+		}
+		w.cancel = cancel
+		m.running[pr] = w
 		m.opts.Log.Info("watching published resource", logging.KeyPublishedResource, pr, "resource", res.GVR.String(), "filter", res.Selector.String())
-		go runInformer(ctx, lw, w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { m.listed(pr, w) })
 	}
 	m.reconcileNamespacesLocked()
 	m.reconcileRelatedLocked()
@@ -623,15 +621,10 @@ func (m *Manager) reconcileNamespacesLocked() {
 	}
 	switch {
 	case needed && m.namespacesCancel == nil:
-		dyn, err := m.clientLocked("*")
-		if err != nil {
-			m.opts.Log.Error(err, "cannot build a virtual workspace client")
-			return
+		store := newStore()
+		if cancel, ok := m.watchLocked(namespacesGVR, "", store, m.namespaceChanged, nil); ok {
+			m.namespaces, m.namespacesCancel = store, cancel
 		}
-		ctx, cancel := context.WithCancel(m.ctx)
-		m.namespaces, m.namespacesCancel = newStore(), cancel
-		lw := m.countLists(watching.ListWatch(dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), ""))
-		go runInformer(ctx, lw, m.namespaces, m.namespaceChanged, nil)
 	case !needed && m.namespacesCancel != nil:
 		m.namespacesCancel()
 		m.namespaces, m.namespacesCancel = nil, nil
@@ -655,6 +648,22 @@ func (m *Manager) namespaceChanged(nsKey string) {
 			}
 		}
 	}
+}
+
+// watchLocked starts a watch of gvr across all workspaces (objects whose
+// labels match selector; "" is every object) into store, calling onChange
+// and onSynced like runInformer, until the returned cancel or the
+// manager's context ends; false when the virtual workspace client cannot
+// be built (logged).
+func (m *Manager) watchLocked(gvr schema.GroupVersionResource, selector string, store cache.Indexer, onChange func(key string), onSynced func()) (context.CancelFunc, bool) {
+	dyn, err := m.clientLocked("*")
+	if err != nil {
+		m.opts.Log.Error(err, "cannot build a virtual workspace client")
+		return nil, false
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	go runInformer(ctx, m.countLists(watching.ListWatch(dyn.Resource(gvr), selector)), store, onChange, onSynced)
+	return cancel, true
 }
 
 // clientLocked returns a dynamic client for cluster ("*" for all) through
@@ -811,24 +820,10 @@ func (m *Manager) process(ctx context.Context, it item) error {
 
 // deleteOlderCopies queues the deletion of the copies the edge may hold at
 // id's place of other objects (older UIDs: the name was deleted and
-// created again, possibly unseen) and tells whether there are any. The
-// delete intents carry the older UIDs.
+// created again, possibly unseen) and tells whether there are any.
 func (m *Manager) deleteOlderCopies(id objectID) bool {
-	m.mu.Lock()
-	older := m.ledger.olderCopies(id)
-	var put []*ferryv1.ObjectKey
-	for _, k := range older {
-		if m.ledger.deleteQueued(idOf(id.pr, k), k) {
-			put = append(put, k)
-		}
-	}
-	m.mu.Unlock()
-	for _, k := range put {
-		m.opts.Log.V(1).Info("an older object's copy is deleted before the new object's is sent", logging.KeyObject, KeyString(k))
-		m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: k, PublishedResource: id.pr, Version: &ferryv1.ObjectVersion{},
-			Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
-	}
-	return len(older) > 0
+	return m.deleteLedgerCopies(id.pr, func() []objectID { return m.ledger.olderCopies(id) },
+		"an older object's copy is deleted before the new object's is sent")
 }
 
 // gone handles an object that left kcp (or is not there after the broker's
@@ -839,9 +834,19 @@ func (m *Manager) deleteOlderCopies(id objectID) bool {
 // object was deleted while the broker was down. The edge's confirmation
 // releases nothing (Release finds no object).
 func (m *Manager) gone(it item) {
+	m.deleteLedgerCopies(it.pr, func() []objectID { return m.ledger.copiesAt(it) },
+		"object gone from kcp without a confirmed deletion; deleting its copy")
+}
+
+// deleteLedgerCopies asks the edge to delete the copies of pr's objects
+// that copies selects from the ledger (it runs with m.mu held): each gets
+// a delete intent carrying its own key, UID included, unless one is queued
+// already; why is logged. It tells whether copies selected any.
+func (m *Manager) deleteLedgerCopies(pr string, copies func() []objectID, why string) bool {
 	m.mu.Lock()
+	ids := copies()
 	var put []*ferryv1.ObjectKey
-	for _, id := range m.ledger.copiesAt(it) {
+	for _, id := range ids {
 		key := m.ledger.get(id).key
 		if m.ledger.deleteQueued(id, key) {
 			put = append(put, key)
@@ -849,10 +854,11 @@ func (m *Manager) gone(it item) {
 	}
 	m.mu.Unlock()
 	for _, key := range put {
-		m.opts.Log.V(1).Info("object gone from kcp without a confirmed deletion; deleting its copy", logging.KeyObject, KeyString(key))
-		m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: it.pr, Version: &ferryv1.ObjectVersion{},
+		m.opts.Log.V(1).Info(why, logging.KeyObject, KeyString(key))
+		m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: pr, Version: &ferryv1.ObjectVersion{},
 			Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
 	}
+	return len(ids) > 0
 }
 
 // resyncedLocked counts the first comparison of it after an inventory
