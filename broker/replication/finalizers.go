@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/ferry-dev/ferry/pkg/logging"
 )
 
 // ClientFor returns a dynamic client for one logical cluster of an
@@ -111,4 +113,51 @@ func notServedIsTransient(err error) error {
 		return fmt.Errorf("kcp does not serve the resource at the moment (retrying): %s", err.Error())
 	}
 	return err
+}
+
+// processNextFinalizer writes the next queued finalizer (blocking until
+// there is one); false once the queue is shut down.
+func (m *Manager) processNextFinalizer(ctx context.Context) bool {
+	it, shutdown := m.finalizers.Get()
+	if shutdown {
+		return false
+	}
+	defer m.finalizers.Done(it)
+	if err := m.writeFinalizer(ctx, it); err != nil {
+		m.opts.Log.Error(err, "writing the finalizer failed; retrying", logging.KeyPublishedResource, it.pr, logging.KeyObject, it.key)
+		m.finalizers.AddRateLimited(it)
+		return true
+	}
+	m.finalizers.Forget(it)
+	return true
+}
+
+// writeFinalizer puts the broker's finalizer on the cached object behind
+// it unless it carries it already, is being deleted, is out of scope, or
+// its PublishedResource is withdrawn or gone. One patch, no read: it is
+// guarded by the cached object's resourceVersion and UID, so a stale cache
+// costs a conflict (retried; the newer object's event queues it again),
+// never a finalizer on an object that changed meanwhile (e.g. began its
+// deletion, or left the filters).
+func (m *Manager) writeFinalizer(ctx context.Context, it item) error {
+	m.mu.Lock()
+	w, ok := m.running[it.pr]
+	withdrawn := m.withdrawn[it.pr]
+	m.mu.Unlock()
+	if !ok || withdrawn {
+		return nil
+	}
+	raw, exists, err := w.store.GetByKey(it.key)
+	if err != nil || !exists {
+		return err
+	}
+	obj := raw.(*unstructured.Unstructured)
+	if slices.Contains(obj.GetFinalizers(), m.finalizer) || !m.wantsFinalizer(w.res, obj) {
+		return nil
+	}
+	ri, err := m.resourceClient(objectKey(obj, w.res.GVR))
+	if err != nil {
+		return err
+	}
+	return patchFinalizers(ctx, ri, obj, append(slices.Clone(obj.GetFinalizers()), m.finalizer))
 }
