@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-
-	"github.com/ferry-dev/ferry/pkg/logging"
 )
 
 // ClientFor returns a dynamic client for one logical cluster of an
@@ -118,18 +116,7 @@ func notServedIsTransient(err error) error {
 // processNextFinalizer writes the next queued finalizer (blocking until
 // there is one); false once the queue is shut down.
 func (m *Manager) processNextFinalizer(ctx context.Context) bool {
-	it, shutdown := m.finalizers.Get()
-	if shutdown {
-		return false
-	}
-	defer m.finalizers.Done(it)
-	if err := m.writeFinalizer(ctx, it); err != nil {
-		m.opts.Log.Error(err, "writing the finalizer failed; retrying", logging.KeyPublishedResource, it.pr, logging.KeyObject, it.key)
-		m.finalizers.AddRateLimited(it)
-		return true
-	}
-	m.finalizers.Forget(it)
-	return true
+	return m.processNextOf(m.finalizers, "writing the finalizer failed; retrying", func(it item) error { return m.writeFinalizer(ctx, it) })
 }
 
 // writeFinalizer puts the broker's finalizer on the cached object behind

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/kcp"
@@ -23,19 +24,33 @@ import (
 // The per-object decision: what one cached object (or one that left the
 // cache) asks of the edge, as intents in the outbox.
 
+// processNext turns the next queued object into intents (blocking until
+// there is one); false once the queue is shut down.
 func (m *Manager) processNext(ctx context.Context) bool {
-	it, shutdown := m.queue.Get()
+	return m.processNextOf(m.queue, "syncing object failed; retrying", func(it item) error {
+		if err := m.process(ctx, it); err != nil {
+			return err
+		}
+		m.resyncProcessed(it)
+		return nil
+	})
+}
+
+// processNextOf takes q's next item (blocking until there is one) and
+// handles it with f; when f fails, failed is logged and the item retried
+// with q's backoff. false once q is shut down.
+func (m *Manager) processNextOf(q workqueue.TypedRateLimitingInterface[item], failed string, f func(item) error) bool {
+	it, shutdown := q.Get()
 	if shutdown {
 		return false
 	}
-	defer m.queue.Done(it)
-	if err := m.process(ctx, it); err != nil {
-		m.opts.Log.Error(err, "syncing object failed; retrying", logging.KeyPublishedResource, it.pr, logging.KeyObject, it.key)
-		m.queue.AddRateLimited(it)
+	defer q.Done(it)
+	if err := f(it); err != nil {
+		m.opts.Log.Error(err, failed, logging.KeyPublishedResource, it.pr, logging.KeyObject, it.key)
+		q.AddRateLimited(it)
 		return true
 	}
-	m.queue.Forget(it)
-	m.resyncProcessed(it)
+	q.Forget(it)
 	return true
 }
 
