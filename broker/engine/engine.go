@@ -106,7 +106,11 @@ type Engine struct {
 }
 
 // New returns an engine; nothing runs before Run.
-func New(o Options) *Engine {
+func New(o Options) *Engine { return newEngine(o, nil) }
+
+// newEngine is New with the writer of the edge's reports into kcp; nil is
+// the engine's replication manager (tests pass a fake).
+func newEngine(o Options, reports reportWriter) *Engine {
 	wake, ready := link.NewWake()
 	e := &Engine{opts: o, bulkReady: ready, started: time.Now()}
 	e.intents = replication.NewIntents(o.Epoch, o.Window, wake)
@@ -114,15 +118,13 @@ func New(o Options) *Engine {
 		KCP: o.KCP, EdgeName: o.EdgeName, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
 		Metrics: o.Metrics,
 	})
-	e.reports = newReportWorker(e.mgr, e.controlOn, o.Log.WithName("reports"))
-	e.reports.metrics = o.Metrics
-	e.reports.records = &e.admin.records
-	e.admin.records.known = e.mgr.Syncs
-	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr)
-	e.publisher.allowRelated = o.AllowRelated
-	if e.publisher.allowRelated == nil {
-		e.publisher.allowRelated = config.Edge{}.AllowsRelated
+	if reports == nil {
+		reports = e.mgr
 	}
+	e.admin.records = newObjectRecords(e.mgr.Syncs)
+	e.reports = newReportWorker(reportWorkerOptions{writer: reports, send: e.controlOn, log: o.Log.WithName("reports"),
+		metrics: o.Metrics, records: e.admin.records})
+	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr, o.AllowRelated)
 	return e
 }
 

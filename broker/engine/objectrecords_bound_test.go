@@ -11,7 +11,7 @@ import (
 // an admin record only for an object the broker syncs; keys an edge makes
 // up would otherwise grow the records without bound (nothing removes them).
 func TestObjectRecordsHoldOnlyKnownObjects(t *testing.T) {
-	r := &objectRecords{known: func(k *ferryv1.ObjectKey) bool { return k.GetUid() == "u1" }}
+	r := newObjectRecords(func(k *ferryv1.ObjectKey) bool { return k.GetUid() == "u1" })
 	r.inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true,
 		Entries: []*ferryv1.InventoryEntry{{Key: testKey("u1"), AppliedHash: "h1"}}})
 	refusal := &ferryv1.ReportResult{Error: &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: "refused"}}

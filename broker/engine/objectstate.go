@@ -32,10 +32,9 @@ const (
 	appliedFromInventory = "inventory"
 )
 
-// adminState is the engine's bookkeeping for the admin API; its zero value
-// is ready to use.
+// adminState is the engine's bookkeeping for the admin API.
 type adminState struct {
-	records objectRecords
+	records *objectRecords
 
 	mu sync.Mutex
 	// resyncSession is the session the last resync was asked on.
@@ -55,6 +54,12 @@ type objectRecords struct {
 	// with the deletion the broker then asks for.)
 	known func(key *ferryv1.ObjectKey) bool
 	byID  map[string]*objectRecord
+}
+
+// newObjectRecords returns empty records of the objects known tells (see
+// objectRecords.known).
+func newObjectRecords(known func(key *ferryv1.ObjectKey) bool) *objectRecords {
+	return &objectRecords{known: known, byID: map[string]*objectRecord{}}
 }
 
 func (r *objectRecords) isKnown(key *ferryv1.ObjectKey) bool {

@@ -179,8 +179,15 @@ var testGVR = schema.GroupVersionResource{Group: "g", Version: "v1", Resource: "
 
 func testEngine(t *testing.T) *Engine {
 	t.Helper()
-	e := New(Options{Export: config.APIExportRef{Workspace: "root:org", Name: "g"}, EdgeName: "nora", KCP: &rest.Config{},
-		Epoch: 1, Window: 8, Log: logr.Discard()})
+	return testEngineWith(t, nil)
+}
+
+// testEngineWith is testEngine with reports written by writer (nil: the
+// engine's manager).
+func testEngineWith(t *testing.T, writer reportWriter) *Engine {
+	t.Helper()
+	e := newEngine(Options{Export: config.APIExportRef{Workspace: "root:org", Name: "g"}, EdgeName: "nora", KCP: &rest.Config{},
+		Epoch: 1, Window: 8, Log: logr.Discard()}, writer)
 	e.mgr.Ensure(replication.Resource{PublishedResource: "pr", GVR: testGVR})
 	return e
 }

@@ -57,18 +57,24 @@ type applied struct {
 	res *ferryv1.PublishResult
 }
 
+// newPublishWorker returns a publish worker; allowRelated nil allows the
+// default related resources (config.Edge's).
 func newPublishWorker(applier PublishApplier, export config.APIExportRef, results func(*ferryv1.PublishResult), log logr.Logger,
-	mgr *replication.Manager,
+	mgr *replication.Manager, allowRelated func(schema.GroupResource) bool,
 ) *publishWorker {
+	if allowRelated == nil {
+		allowRelated = config.Edge{}.AllowsRelated
+	}
 	return &publishWorker{
-		mgr:     mgr,
-		applier: applier,
-		export:  export,
-		owners:  publish.Owners{},
-		results: results,
-		log:     log,
-		done:    map[string]applied{},
-		latest:  map[string]*ferryv1.ConnectRequest{},
+		mgr:          mgr,
+		allowRelated: allowRelated,
+		applier:      applier,
+		export:       export,
+		owners:       publish.Owners{},
+		results:      results,
+		log:          log,
+		done:         map[string]applied{},
+		latest:       map[string]*ferryv1.ConnectRequest{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "publish"}),
 	}

@@ -43,8 +43,8 @@ func TestRelatedClaimsFollowTheBrokersAllowList(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			mgr := replication.NewManager(replication.Options{EdgeName: "edge", Log: logr.Discard()})
-			w := newPublishWorker(nil, config.APIExportRef{Workspace: "root:org", Name: "example.com"}, func(*ferryv1.PublishResult) {}, logr.Discard(), mgr)
-			w.allowRelated = config.Edge{RelatedResources: tc.allowed}.AllowsRelated
+			w := newPublishWorker(nil, config.APIExportRef{Workspace: "root:org", Name: "example.com"}, func(*ferryv1.PublishResult) {}, logr.Discard(), mgr,
+				config.Edge{RelatedResources: tc.allowed}.AllowsRelated)
 			res := w.refuseRelated(&ferryv1.Publish{PublishedResource: "pr"}, tc.spec)
 			switch {
 			case tc.refused == "" && res != nil:

@@ -148,12 +148,32 @@ type reportWriter interface {
 	WriteRelated(ctx context.Context, pr string, r *ferryv1.RelatedObjectReport) error
 }
 
-func newReportWorker(mgr reportWriter, send func(attachment uint64, m *ferryv1.ConnectResponse), log logr.Logger) *reportWorker {
+// reportWorkerOptions configure a reportWorker.
+type reportWorkerOptions struct {
+	// writer writes the reports into kcp.
+	writer reportWriter
+	// send sends an answer on the control lane of the stream attachment.
+	send func(attachment uint64, m *ferryv1.ConnectResponse)
+	log  logr.Logger
+	// metrics of the export; nil records none.
+	metrics *metrics.Export
+	// records learns the answers for the admin API; nil records none.
+	records *objectRecords
+	// limiter spaces the retries of one report; nil is
+	// reportRateLimiter() (tests observe the delays through it).
+	limiter workqueue.TypedRateLimiter[string]
+}
+
+func newReportWorker(o reportWorkerOptions) *reportWorker {
+	limiter := o.limiter
+	if limiter == nil {
+		limiter = reportRateLimiter()
+	}
 	return &reportWorker{
-		mgr: mgr, send: send, log: log,
+		mgr: o.writer, send: o.send, log: o.log, metrics: o.metrics, records: o.records,
 		latest:  map[string]reportTask{},
 		waiting: map[string]struct{}{},
-		queue:   newReportQueue(reportRateLimiter()),
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"}),
 	}
 }
 
@@ -173,10 +193,6 @@ const (
 // reportRateLimiter spaces the retries of one report.
 func reportRateLimiter() workqueue.TypedRateLimiter[string] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](minReportBackoff, maxReportBackoff)
-}
-
-func newReportQueue(rl workqueue.TypedRateLimiter[string]) workqueue.TypedRateLimitingInterface[string] {
-	return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"})
 }
 
 func (w *reportWorker) add(t reportTask) {

@@ -48,7 +48,7 @@ func TestPermanent(t *testing.T) {
 // outbox frees its slot, and each report is answered once.
 func TestSupersededReportIsAnsweredAtOnce(t *testing.T) {
 	var answers []*ferryv1.ReportResult
-	w := newReportWorker(nil, func(_ uint64, m *ferryv1.ConnectResponse) { answers = append(answers, m.GetReportResult()) }, logr.Discard())
+	w := newReportWorker(reportWorkerOptions{send: func(_ uint64, m *ferryv1.ConnectResponse) { answers = append(answers, m.GetReportResult()) }, log: logr.Discard()})
 	key := &ferryv1.ObjectKey{Cluster: "c", Namespace: "ns", Name: "a", Uid: "u"}
 	w.add(reportTask{id: 1, key: key, status: &ferryv1.StatusReport{ReportId: 1}})
 	w.add(reportTask{id: 2, key: key, status: &ferryv1.StatusReport{ReportId: 2}})
@@ -173,10 +173,8 @@ func processReady(t *testing.T, w *reportWorker) {
 }
 
 func testWorker(writer reportWriter, answers *answerLog, hold time.Duration) (*reportWorker, *recordingLimiter) {
-	w := newReportWorker(writer, answers.send, logr.Discard())
 	rl := &recordingLimiter{TypedRateLimiter: reportRateLimiter(), hold: hold}
-	w.queue = newReportQueue(rl)
-	return w, rl
+	return newReportWorker(reportWorkerOptions{writer: writer, send: answers.send, log: logr.Discard(), limiter: rl}), rl
 }
 
 // TestReportRetriesBackOffAFewSecondsAtMost: a report retried through a
@@ -288,9 +286,8 @@ func TestReportSupersededWhileBeingAppliedIsAnswered(t *testing.T) {
 // new stream's report ids start again and the answer would ack another
 // report (issue 18, item 6).
 func TestReportAnsweredOnlyOnItsStream(t *testing.T) {
-	e := testEngine(t)
 	writer := &fakeWriter{}
-	e.reports.mgr = writer
+	e := testEngineWith(t, writer)
 	old := &recordingSink{}
 	detach := e.Attach(old)
 	status := &ferryv1.StatusReport{ReportId: 1, Key: testKey("u1"), Status: []byte(`{}`)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -97,4 +98,51 @@ func (m *Manager) recordEvent(ctx context.Context, pr string, key *ferryv1.Objec
 	existing.Object["involvedObject"] = involved
 	_, err = events.Update(ctx, existing, metav1.UpdateOptions{})
 	return err
+}
+
+// RecordFailure records that the edge could not apply the object behind key
+// as a Warning Event on the kcp object, so the kcp user sees why it is not
+// synced (through the APIExport's "events" permission claim).
+// related tells that the failure is about one of the object's related
+// objects. A refusal by the edge (where the object would land) has its own
+// reason, SyncForbidden or RelatedForbidden.
+func (m *Manager) RecordFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError, related bool) error {
+	reason := "SyncFailed"
+	if applyErr.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN {
+		reason = "SyncForbidden"
+		if related {
+			reason = "RelatedForbidden"
+		}
+		return m.recordEvent(ctx, pr, key, "Warning", reason, "the service cluster's edge refused: "+applyErr.GetMessage())
+	}
+	return m.recordEvent(ctx, pr, key, "Warning", reason, fmt.Sprintf("the service cluster did not accept this object (%s): %s",
+		reasonText(applyErr.GetReason()), applyErr.GetMessage()))
+}
+
+// RecordStatusFailure records, as a Warning Event on the kcp object, that
+// its local status could not be synced back (e.g. too large for the stream).
+func (m *Manager) RecordStatusFailure(ctx context.Context, pr string, key *ferryv1.ObjectKey, applyErr *ferryv1.ApplyError) error {
+	return m.recordEvent(ctx, pr, key, "Warning", "StatusNotSynced", fmt.Sprintf("the status of the local copy was not synced back (%s): %s",
+		reasonText(applyErr.GetReason()), applyErr.GetMessage()))
+}
+
+func reasonText(r ferryv1.ApplyErrorReason) string {
+	switch r {
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED:
+		return "rejected"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED:
+		return "not published"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID:
+		return "invalid"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE:
+		return "too large"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE:
+		return "service cluster unavailable"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT:
+		return "conflict"
+	case ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN:
+		return "forbidden"
+	default:
+		return "error"
+	}
 }

@@ -112,3 +112,39 @@ func notServedIsTransient(err error) error {
 	}
 	return err
 }
+
+// processNextFinalizer writes the next queued finalizer (blocking until
+// there is one); false once the queue is shut down.
+func (m *Manager) processNextFinalizer(ctx context.Context) bool {
+	return m.processNextOf(m.finalizers, "writing the finalizer failed; retrying", func(it item) error { return m.writeFinalizer(ctx, it) })
+}
+
+// writeFinalizer puts the broker's finalizer on the cached object behind
+// it unless it carries it already, is being deleted, is out of scope, or
+// its PublishedResource is withdrawn or gone. One patch, no read: it is
+// guarded by the cached object's resourceVersion and UID, so a stale cache
+// costs a conflict (retried; the newer object's event queues it again),
+// never a finalizer on an object that changed meanwhile (e.g. began its
+// deletion, or left the filters).
+func (m *Manager) writeFinalizer(ctx context.Context, it item) error {
+	m.mu.Lock()
+	w, ok := m.running[it.pr]
+	withdrawn := m.withdrawn[it.pr]
+	m.mu.Unlock()
+	if !ok || withdrawn {
+		return nil
+	}
+	raw, exists, err := w.store.GetByKey(it.key)
+	if err != nil || !exists {
+		return err
+	}
+	obj := raw.(*unstructured.Unstructured)
+	if slices.Contains(obj.GetFinalizers(), m.finalizer) || !m.wantsFinalizer(w.res, obj) {
+		return nil
+	}
+	ri, err := m.resourceClient(objectKey(obj, w.res.GVR))
+	if err != nil {
+		return err
+	}
+	return patchFinalizers(ctx, ri, obj, append(slices.Clone(obj.GetFinalizers()), m.finalizer))
+}

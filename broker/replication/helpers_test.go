@@ -198,8 +198,18 @@ func (e *env) ensure(res Resource) {
 // does. The queue must be drained before.
 func (e *env) changed(obj *unstructured.Unstructured) {
 	e.t.Helper()
+	e.write(thingsGVR, obj)
+	e.waitQueued("the cache holds "+obj.GetName()+"@"+obj.GetResourceVersion(), func(v ObjectView) bool {
+		return v.Cached && v.Key.GetUid() == string(obj.GetUID()) && v.ResourceVersion == obj.GetResourceVersion()
+	}, obj)
+}
+
+// write writes obj, an object of gvr, into kcp (created when it is not
+// there).
+func (e *env) write(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+	e.t.Helper()
 	ctx := context.Background()
-	ri := e.kcp.Resource(thingsGVR).Namespace(obj.GetNamespace())
+	ri := e.kcp.Resource(gvr).Namespace(obj.GetNamespace())
 	if _, err := ri.Update(ctx, obj.DeepCopy(), metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
 		_, err = ri.Create(ctx, obj.DeepCopy(), metav1.CreateOptions{})
 		if err != nil {
@@ -208,9 +218,26 @@ func (e *env) changed(obj *unstructured.Unstructured) {
 	} else if err != nil {
 		e.t.Fatal(err)
 	}
-	e.waitQueued("the cache holds "+obj.GetName()+"@"+obj.GetResourceVersion(), func(v ObjectView) bool {
-		return v.Cached && v.Key.GetUid() == string(obj.GetUID()) && v.ResourceVersion == obj.GetResourceVersion()
-	}, obj)
+}
+
+// relatedChanged writes obj, an object of the related kind gvr, into kcp
+// (created when it is not there) and waits until the related watch holds
+// it and has queued the references pointing at it (there must be one).
+// The queue must be drained before.
+func (e *env) relatedChanged(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+	e.t.Helper()
+	e.write(gvr, obj)
+	eventually(e.t, "the related watch saw "+obj.GetName()+" change", func() bool { return e.m.queue.Len() > 0 })
+}
+
+// relatedGone deletes obj, an object of the related kind gvr, from kcp
+// and waits like relatedChanged.
+func (e *env) relatedGone(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+	e.t.Helper()
+	if err := e.kcp.Resource(gvr).Namespace(obj.GetNamespace()).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	eventually(e.t, "the related watch saw "+obj.GetName()+" go", func() bool { return e.m.queue.Len() > 0 })
 }
 
 // touch writes name again in kcp with a new resourceVersion and nothing

@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -189,16 +191,9 @@ func (l *ledger) confirmed(id objectID) {
 
 // olderCopies returns the copies the edge may hold at id's slot of other
 // objects (other UIDs), which go before id's own is sent.
-func (l *ledger) olderCopies(id objectID) []*ferryv1.ObjectKey {
-	var out []*ferryv1.ObjectKey
-	for other, r := range l.slots[id.slot()] {
-		// Another UID: the same UID is the same object, whatever else
-		// differs.
-		if other.uid != id.uid && r.copy {
-			out = append(out, r.key)
-		}
-	}
-	return out
+func (l *ledger) olderCopies(id objectID) []objectID {
+	// Another UID: the same UID is the same object, whatever else differs.
+	return slices.DeleteFunc(l.copiesAt(id.slot()), func(other objectID) bool { return other.uid == id.uid })
 }
 
 // copiesAt returns the objects at slot whose copies the edge may hold.

@@ -24,7 +24,6 @@ import (
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/related"
-	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // Related objects on the broker.
@@ -105,23 +104,20 @@ func (m *Manager) reconcileRelatedLocked() {
 		if _, ok := m.relWatchers[gvr]; ok {
 			continue
 		}
-		dyn, err := m.clientLocked("*")
-		if err != nil {
-			m.opts.Log.Error(err, "cannot build a virtual workspace client")
-			return
-		}
-		ctx, cancel := context.WithCancel(m.ctx)
-		rw := &relatedWatcher{gvr: gvr, unfiltered: unfiltered, cancel: cancel, started: time.Now(),
+		rw := &relatedWatcher{gvr: gvr, unfiltered: unfiltered, started: time.Now(),
 			store: cache.NewIndexer(clusterKey, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})}
-		m.relWatchers[gvr] = rw
 		selector := naming.LabelRelatedTo
 		if unfiltered {
 			selector = ""
 		}
+		// m.relatedSynced waits for m.mu: rw is running before it is called.
+		cancel, ok := m.watchLocked(gvr, selector, rw.store, func(key string) { m.relatedObjectChanged(gvr, key) }, func() { m.relatedSynced(rw) })
+		if !ok {
+			return
+		}
+		rw.cancel = cancel
+		m.relWatchers[gvr] = rw
 		m.opts.Log.Info("watching related resource", "resource", gvr.String(), "selector", selector)
-		go runInformer(ctx, m.countLists(watching.ListWatch(dyn.Resource(gvr), selector)), rw.store,
-			func(key string) { m.relatedObjectChanged(gvr, key) },
-			func() { m.relatedSynced(rw) })
 	}
 }
 

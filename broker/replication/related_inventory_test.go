@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"reflect"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -83,17 +84,14 @@ func TestReconnectSendsOnlyRelatedObjectsTheEdgeLacks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			primary := thing("1", map[string]any{"secretName": "creds"}, nil)
-			m, intents := testManager(t, primary)
-			res := m.desired["pr"]
+			res := thingsResource()
 			res.Related = refs
-			m.desired["pr"], m.running["pr"].res = res, res
-			store := newStore()
+			objs := []*unstructured.Unstructured{primary}
 			if tc.before != nil {
-				if err := store.Add(tc.before); err != nil {
-					t.Fatal(err)
-				}
+				objs = append(objs, tc.before)
 			}
-			m.relWatchers[refs[0].Resource] = &relatedWatcher{gvr: refs[0].Resource, synced: true, store: store}
+			e := newEnv(t, res, objs...)
+			m, intents := e.m, e.intents
 			edgeApplied(t, m, primary)
 			drain(t, m)
 			if tc.unanswered {
@@ -104,17 +102,14 @@ func TestReconnectSendsOnlyRelatedObjectsTheEdgeLacks(t *testing.T) {
 				t.Fatalf("first stream: %d related intents, want 1", up+del)
 			}
 
-			// The stream ends; kcp changes meanwhile (or not).
+			// The stream ends; kcp changes meanwhile (or not), seen by the
+			// related watch.
 			m.Detach()
-			if tc.before != nil {
-				if err := store.Delete(tc.before); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if tc.after != nil {
-				if err := store.Add(tc.after); err != nil {
-					t.Fatal(err)
-				}
+			switch {
+			case tc.after != nil && !reflect.DeepEqual(tc.before, tc.after):
+				e.relatedChanged(secretsGVR, tc.after)
+			case tc.after == nil && tc.before != nil:
+				e.relatedGone(secretsGVR, tc.before)
 			}
 			m.Attach()
 			m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true, RelatedComplete: tc.complete, RelatedEntries: tc.related,

@@ -234,3 +234,13 @@ func (m *Manager) finishResyncLocked(err error) {
 		go r.onDone(st)
 	}
 }
+
+// resyncedLocked counts the first comparison of it after an inventory
+// comparison (see resyncing): unchanged when the edge has its desired state.
+func (m *Manager) resyncedLocked(it item, unchanged bool) {
+	if _, ok := m.resyncing[it]; !ok {
+		return
+	}
+	delete(m.resyncing, it)
+	m.opts.Metrics.ResyncObject(unchanged)
+}
