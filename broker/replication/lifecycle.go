@@ -132,7 +132,7 @@ func (m *Manager) scopeOf(res Resource, obj *unstructured.Unstructured) scope {
 	if store == nil {
 		return scopeUnknown
 	}
-	raw, ok, err := store.GetByKey(logicalcluster.From(obj).String() + "|/" + obj.GetNamespace())
+	raw, ok, err := store.GetByKey(namespaceName(logicalcluster.From(obj).String(), obj.GetNamespace()).storeKey())
 	if err != nil || !ok {
 		return scopeUnknown
 	}
@@ -152,7 +152,7 @@ func (m *Manager) namespaceCached(cluster, name string) bool {
 	if store == nil {
 		return false
 	}
-	_, ok, err := store.GetByKey(cluster + "|/" + name)
+	_, ok, err := store.GetByKey(namespaceName(cluster, name).storeKey())
 	return err == nil && ok
 }
 

@@ -261,9 +261,8 @@ func (m *Manager) Refused() uint64 { return m.refused.Load() }
 // Lists is the number of lists the manager made in kcp since it started.
 func (m *Manager) Lists() uint64 { return m.lists.Load() }
 
-func storeKey(key *ferryv1.ObjectKey) string {
-	return key.GetCluster() + "|" + key.GetNamespace() + "/" + key.GetName()
-}
+// storeKey is the informer store key of the object behind key.
+func storeKey(key *ferryv1.ObjectKey) string { return nameOfKey(key).storeKey() }
 
 // PublishedResourceFor finds the PublishedResource serving key's resource.
 func (m *Manager) PublishedResourceFor(key *ferryv1.ObjectKey) (string, bool) {

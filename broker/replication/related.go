@@ -224,7 +224,7 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		return nil
 	}
 	cluster := logicalcluster.From(primary).String()
-	srcKey := cluster + "|" + ns + "/" + name
+	srcKey := objectName{cluster: cluster, namespace: ns, name: name}.storeKey()
 	m.mu.Lock()
 	m.relRefs.Point(it, relatedObjectKey(ref.Resource, srcKey))
 	rw := m.relWatchers[ref.Resource]
@@ -386,7 +386,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	}
 	ri := client.Resource(ref.Resource).Namespace(ns)
 	m.mu.Lock()
-	m.relCopies[relatedObjectKey(ref.Resource, pk.GetCluster()+"|"+ns+"/"+name)] = it
+	m.relCopies[relatedObjectKey(ref.Resource, objectName{cluster: pk.GetCluster(), namespace: ns, name: name}.storeKey())] = it
 	m.mu.Unlock()
 	if existing == nil {
 		_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
@@ -497,7 +497,7 @@ func (m *Manager) deleteCopies(ctx context.Context, gvr schema.GroupVersionResou
 			continue
 		}
 		m.mu.Lock()
-		delete(m.relCopies, relatedObjectKey(gvr, logicalcluster.From(c).String()+"|"+c.GetNamespace()+"/"+c.GetName()))
+		delete(m.relCopies, relatedObjectKey(gvr, nameOf(c).storeKey()))
 		m.mu.Unlock()
 		client, err := m.client(logicalcluster.From(c).String())
 		if err != nil {
