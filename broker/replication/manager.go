@@ -168,7 +168,7 @@ type Manager struct {
 	// relCopies which reference each copy in kcp belongs to: a copy changed
 	// or deleted in kcp is written again from the report.
 	relReports map[item]*ferryv1.RelatedObjectReport
-	relCopies  map[string]item
+	relCopies  map[relatedPlace]item
 
 	// resyncActive is the resync an admin asked for, while it runs;
 	// resyncLast the last one (resync.go).
@@ -205,7 +205,7 @@ func NewManager(o Options) *Manager {
 		rejected:    map[item]struct{}{},
 		relNotes:    map[item]string{},
 		relReports:  map[item]*ferryv1.RelatedObjectReport{},
-		relCopies:   map[string]item{},
+		relCopies:   map[relatedPlace]item{},
 	}
 }
 
