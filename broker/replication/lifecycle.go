@@ -176,12 +176,6 @@ func (m *Manager) mayHold(id objectID) bool {
 	return m.ledger.mayHold(id)
 }
 
-// wantsFinalizer tells whether obj is to carry the broker's finalizer: it
-// is in the filters and not being deleted.
-func (m *Manager) wantsFinalizer(res Resource, obj *unstructured.Unstructured) bool {
-	return obj.GetDeletionTimestamp() == nil && m.scopeOf(res, obj) == inScope
-}
-
 // asksDelete tells whether the broker asks the edge to delete the copy of
 // obj (identity id): it is being deleted in kcp or has left the filters,
 // and it carries the finalizer or the edge may hold its copy (sent before

@@ -45,6 +45,14 @@ type objectState struct {
 // deleting tells whether obj is being deleted in kcp.
 func (s *objectState) deleting() bool { return s.obj.GetDeletionTimestamp() != nil }
 
+// leaving tells whether obj's copy is to go: it is being deleted in kcp or
+// has left the filters (a namespace not known yet is neither).
+func (s *objectState) leaving() bool { return s.deleting() || s.scope == outOfScope }
+
+// wantsFinalizer tells whether obj is to carry the broker's finalizer: it
+// is in the filters and not being deleted.
+func (s *objectState) wantsFinalizer() bool { return !s.deleting() && s.scope == inScope }
+
 // stepEffects are what the steps do outside the object state. The
 // manager's are bound to its lock, outbox and queues (Manager.effects).
 type stepEffects struct {
@@ -157,7 +165,7 @@ func stepGone(_ context.Context, d *decision, fx *stepEffects) (bool, error) {
 // goes: its delete needs no finalizer (stepDeleteAsked), and one that
 // vanishes gets one from the ledger (stepGone).
 func stepFinalizerWanted(_ context.Context, d *decision, fx *stepEffects) (bool, error) {
-	if !d.hasFinalizer && !d.withdrawn && !d.deleting() && d.scope == inScope {
+	if !d.hasFinalizer && !d.withdrawn && d.wantsFinalizer() {
 		fx.queueFinalizer(d.it)
 	}
 	return false, nil
@@ -174,9 +182,10 @@ func stepHeldUntilInventory(_ context.Context, d *decision, _ *stepEffects) (boo
 // kcp or out of the filters (also while the PublishedResource is
 // withdrawn), when it carries the finalizer or the ledger proves the edge
 // may hold its copy: the edge deletes it, confirms, and the finalizer is
-// released (Release). Manager.asksDelete is the same test.
+// released (Release). Manager.asksDelete is the same test for the edge's
+// confirmations.
 func stepDeleteAsked(_ context.Context, d *decision, fx *stepEffects) (bool, error) {
-	if !d.deleting() && d.scope != outOfScope {
+	if !d.leaving() {
 		return false, nil
 	}
 	var mayHold bool
