@@ -127,24 +127,13 @@ func (m *Manager) processNextFinalizer(ctx context.Context) bool {
 // never a finalizer on an object that changed meanwhile (e.g. began its
 // deletion, or left the filters).
 func (m *Manager) writeFinalizer(ctx context.Context, it item) error {
-	m.mu.Lock()
-	w, ok := m.running[it.pr]
-	withdrawn := m.withdrawn[it.pr]
-	m.mu.Unlock()
-	if !ok || withdrawn {
-		return nil
-	}
-	raw, exists, err := w.store.GetByKey(it.key)
-	if err != nil || !exists {
+	s, ok, err := m.objectState(it)
+	if err != nil || !ok || s.obj == nil || s.withdrawn || s.hasFinalizer || !s.wantsFinalizer() {
 		return err
 	}
-	obj := raw.(*unstructured.Unstructured)
-	if slices.Contains(obj.GetFinalizers(), m.finalizer) || !m.wantsFinalizer(w.res, obj) {
-		return nil
-	}
-	ri, err := m.resourceClient(objectKey(obj, w.res.GVR))
+	ri, err := m.resourceClient(objectKey(s.obj, s.res.GVR))
 	if err != nil {
 		return err
 	}
-	return patchFinalizers(ctx, ri, obj, append(slices.Clone(obj.GetFinalizers()), m.finalizer))
+	return patchFinalizers(ctx, ri, s.obj, append(slices.Clone(s.obj.GetFinalizers()), m.finalizer))
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kcp-dev/logicalcluster/v3"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -17,9 +16,8 @@ import (
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
-// clusterKey keys objects by logical cluster, namespace and name: objects
-// listed through a virtual workspace's /clusters/* share namespaces and
-// names across workspaces, so client-go's namespace/name keys would collide.
+// clusterKey keys objects in the informer stores by their place
+// (objectName.storeKey).
 func clusterKey(obj any) (string, error) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		return d.Key, nil
@@ -28,7 +26,7 @@ func clusterKey(obj any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return logicalcluster.From(m).String() + "|" + m.GetNamespace() + "/" + m.GetName(), nil
+	return nameOf(m).storeKey(), nil
 }
 
 // reflectorBackoff bounds the wait between list/watch attempts after kcp
@@ -121,5 +119,5 @@ func indexByUID(obj any) ([]string, error) {
 
 // clusterKeyOf is clusterKey of an object known to have metadata.
 func clusterKeyOf(obj *unstructured.Unstructured) string {
-	return logicalcluster.From(obj).String() + "|" + obj.GetNamespace() + "/" + obj.GetName()
+	return nameOf(obj).storeKey()
 }

@@ -29,7 +29,7 @@ func idOf(pr string, key *ferryv1.ObjectKey) objectID {
 // slot is the object's place without its UID: the cache key, and where the
 // edge keeps (at most) one copy.
 func (id objectID) slot() item {
-	return item{pr: id.pr, key: id.cluster + "|" + id.namespace + "/" + id.name}
+	return item{pr: id.pr, key: objectName{cluster: id.cluster, namespace: id.namespace, name: id.name}.storeKey()}
 }
 
 // sentDelete is the state recorded as sent for a delete intent.

@@ -132,7 +132,7 @@ func (m *Manager) scopeOf(res Resource, obj *unstructured.Unstructured) scope {
 	if store == nil {
 		return scopeUnknown
 	}
-	raw, ok, err := store.GetByKey(logicalcluster.From(obj).String() + "|/" + obj.GetNamespace())
+	raw, ok, err := store.GetByKey(namespaceName(logicalcluster.From(obj).String(), obj.GetNamespace()).storeKey())
 	if err != nil || !ok {
 		return scopeUnknown
 	}
@@ -152,7 +152,7 @@ func (m *Manager) namespaceCached(cluster, name string) bool {
 	if store == nil {
 		return false
 	}
-	_, ok, err := store.GetByKey(cluster + "|/" + name)
+	_, ok, err := store.GetByKey(namespaceName(cluster, name).storeKey())
 	return err == nil && ok
 }
 
@@ -174,12 +174,6 @@ func (m *Manager) mayHold(id objectID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.ledger.mayHold(id)
-}
-
-// wantsFinalizer tells whether obj is to carry the broker's finalizer: it
-// is in the filters and not being deleted.
-func (m *Manager) wantsFinalizer(res Resource, obj *unstructured.Unstructured) bool {
-	return obj.GetDeletionTimestamp() == nil && m.scopeOf(res, obj) == inScope
 }
 
 // asksDelete tells whether the broker asks the edge to delete the copy of

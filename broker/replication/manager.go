@@ -168,7 +168,7 @@ type Manager struct {
 	// relCopies which reference each copy in kcp belongs to: a copy changed
 	// or deleted in kcp is written again from the report.
 	relReports map[item]*ferryv1.RelatedObjectReport
-	relCopies  map[string]item
+	relCopies  map[relatedPlace]item
 
 	// resyncActive is the resync an admin asked for, while it runs;
 	// resyncLast the last one (resync.go).
@@ -205,7 +205,7 @@ func NewManager(o Options) *Manager {
 		rejected:    map[item]struct{}{},
 		relNotes:    map[item]string{},
 		relReports:  map[item]*ferryv1.RelatedObjectReport{},
-		relCopies:   map[string]item{},
+		relCopies:   map[relatedPlace]item{},
 	}
 }
 
@@ -261,9 +261,8 @@ func (m *Manager) Refused() uint64 { return m.refused.Load() }
 // Lists is the number of lists the manager made in kcp since it started.
 func (m *Manager) Lists() uint64 { return m.lists.Load() }
 
-func storeKey(key *ferryv1.ObjectKey) string {
-	return key.GetCluster() + "|" + key.GetNamespace() + "/" + key.GetName()
-}
+// storeKey is the informer store key of the object behind key.
+func storeKey(key *ferryv1.ObjectKey) string { return nameOfKey(key).storeKey() }
 
 // PublishedResourceFor finds the PublishedResource serving key's resource.
 func (m *Manager) PublishedResourceFor(key *ferryv1.ObjectKey) (string, bool) {

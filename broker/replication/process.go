@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -18,7 +17,6 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/kcp"
-	"github.com/ferry-dev/ferry/pkg/objects"
 )
 
 // The per-object decision: what one cached object (or one that left the
@@ -57,149 +55,63 @@ func (m *Manager) processNextOf(q workqueue.TypedRateLimitingInterface[item], fa
 // process turns the current state of one object into the next step: an
 // upsert (its finalizer is written alongside, on the finalizer queue), a
 // delete once it is being deleted or out of scope. It makes no request to
-// kcp for the primary: nothing on the way to the edge waits for kcp.
+// kcp for the primary: nothing on the way to the edge waits for kcp. The
+// decision itself is the ordered steps of steps.go.
 func (m *Manager) process(ctx context.Context, it item) error {
 	if it.related != "" {
 		return m.processRelated(ctx, it)
 	}
+	s, ok, err := m.objectState(it)
+	if err != nil || !ok {
+		return err
+	}
+	_, err = decide(ctx, s, m.effects())
+	return err
+}
+
+// objectState reads what the steps decide on for the primary it from the
+// manager; false when its PublishedResource is not watched.
+func (m *Manager) objectState(it item) (objectState, bool, error) {
 	m.mu.Lock()
 	w, ok := m.running[it.pr]
 	m.mu.Unlock()
 	if !ok {
-		return nil
+		return objectState{}, false, nil
 	}
 	raw, exists, err := w.store.GetByKey(it.key)
 	if err != nil {
-		return err
+		return objectState{}, false, err
 	}
 	m.mu.Lock()
-	open, withdrawn := m.open[it.pr], m.withdrawn[it.pr]
+	s := objectState{it: it, res: w.res, listed: w.synced.Load(), open: m.open[it.pr], withdrawn: m.withdrawn[it.pr]}
 	m.mu.Unlock()
-	if !exists {
-		m.mu.Lock()
-		delete(m.resyncing, it)
-		m.mu.Unlock()
-		if open && w.synced.Load() {
-			m.gone(it)
-		}
-		return nil
+	if exists {
+		s.obj = raw.(*unstructured.Unstructured)
+		s.hasFinalizer = slices.Contains(s.obj.GetFinalizers(), m.finalizer)
+		s.scope = m.scopeOf(w.res, s.obj)
 	}
-	obj := raw.(*unstructured.Unstructured)
-	key := objectKey(obj, w.res.GVR)
-	id := idOf(it.pr, key)
-	hasFinalizer := slices.Contains(obj.GetFinalizers(), m.finalizer)
-	if !hasFinalizer && !withdrawn && m.wantsFinalizer(w.res, obj) {
-		// Written off the way to the edge: the upsert below does not wait
-		// for it. A copy sent before it lands is still deleted when the
-		// object goes: its delete needs no finalizer (asksDelete), and
-		// one that vanishes gets one from the ledger (gone).
-		m.finalizers.Add(it)
-	}
-	if !open {
-		// Held until the edge's inventory is complete (openLocked requeues):
-		// the edge cannot act on this resource before it watches its copies.
-		return nil
-	}
-
-	if m.asksDelete(w.res, obj, id) {
-		// Deleted in kcp, or out of the filters: the edge deletes its copy,
-		// confirms, and the finalizer is released (Release). Also while
-		// the PublishedResource is withdrawn.
-		m.deleteOlderCopies(id)
-		m.mu.Lock()
-		queue := m.ledger.deleteQueued(id, key)
-		m.mu.Unlock()
-		if queue {
-			m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}))
-		}
-		return nil
-	}
-	if obj.GetDeletionTimestamp() != nil || m.scopeOf(w.res, obj) != inScope {
-		return nil // not ours (any more), or its namespace is not known yet
-	}
-	if withdrawn {
-		return nil // nothing new until it is published again
-	}
-	desired := objects.DesiredState(obj)
-	data, err := json.Marshal(desired.Object)
-	if err != nil {
-		return fmt.Errorf("cannot encode %s: %w", it.key, err)
-	}
-	upsert := &ferryv1.UpsertIntent{Object: data}
-	if w.res.WorkspacePaths {
-		if upsert.WorkspacePath, err = m.workspacePath(ctx, key.GetCluster()); err != nil {
-			return err
-		}
-	}
-	upsert.ContentHash = ContentHash(upsert)
-	if m.deleteOlderCopies(id) {
-		// The edge keeps one copy per name: an older object's copy goes
-		// first; its confirmation (Release) queues this object again.
-		return nil
-	}
-	m.mu.Lock()
-	applied := m.ledger.applied(id) == upsert.ContentHash
-	if applied {
-		m.queueRelatedLocked(it.pr, it.key)
-		m.ledger.unchanged(id, upsert.ContentHash)
-	}
-	m.resyncedLocked(it, applied)
-	queue := !applied && m.ledger.upsertQueued(id, key, upsert.ContentHash)
-	m.mu.Unlock()
-	if applied {
-		// The edge has this state already: a status write or kcp-internal
-		// metadata changed the object, not its desired state.
-		m.opts.Outbox.Drop(key, nil)
-		return nil
-	}
-	if queue {
-		m.opts.Outbox.Put(m.intent(it.pr, key, obj, &ferryv1.SyncIntent_Upsert{Upsert: upsert}))
-	}
-	m.queueServiceRelated(it.pr, it.key)
-	return nil
+	return s, true, nil
 }
 
-// deleteOlderCopies queues the deletion of the copies the edge may hold at
-// id's place of other objects (older UIDs: the name was deleted and
-// created again, possibly unseen) and tells whether there are any.
-func (m *Manager) deleteOlderCopies(id objectID) bool {
-	return m.deleteLedgerCopies(id.pr, func() []objectID { return m.ledger.olderCopies(id) },
-		"an older object's copy is deleted before the new object's is sent")
-}
-
-// gone handles an object that left kcp (or is not there after the broker's
-// list) while the edge may still hold a copy: without a confirmed deletion
-// the copy would be left behind, so the edge is asked to delete it. The
-// finalizer normally prevents this; it happens when kcp deletes an object
-// whose finalizer was added concurrently with the delete, or when the
-// object was deleted while the broker was down. The edge's confirmation
-// releases nothing (Release finds no object).
-func (m *Manager) gone(it item) {
-	m.deleteLedgerCopies(it.pr, func() []objectID { return m.ledger.copiesAt(it) },
-		"object gone from kcp without a confirmed deletion; deleting its copy")
-}
-
-// deleteLedgerCopies asks the edge to delete the copies of pr's objects
-// that copies selects from the ledger (it runs with m.mu held): each gets
-// a delete intent carrying its own key, UID included, unless one is queued
-// already; why is logged. It tells whether copies selected any.
-func (m *Manager) deleteLedgerCopies(pr string, copies func() []objectID, why string) bool {
-	m.mu.Lock()
-	ids := copies()
-	var put []*ferryv1.ObjectKey
-	for _, id := range ids {
-		key := m.ledger.get(id).key
-		if m.ledger.deleteQueued(id, key) {
-			put = append(put, key)
-		}
+// effects are the steps' effects on the manager: its ledger under m.mu,
+// its outbox and its queues.
+func (m *Manager) effects() *stepEffects {
+	return &stepEffects{
+		withLedger: func(f func(*ledger)) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			f(m.ledger)
+		},
+		put:                 m.opts.Outbox.Put,
+		drop:                func(key *ferryv1.ObjectKey) { m.opts.Outbox.Drop(key, nil) },
+		queueFinalizer:      m.finalizers.Add,
+		queueRelated:        func(it item) { m.queueRelatedLocked(it.pr, it.key) },
+		queueServiceRelated: func(it item) { m.queueServiceRelated(it.pr, it.key) },
+		resynced:            m.resyncedLocked,
+		forgetResync:        func(it item) { delete(m.resyncing, it) },
+		workspacePath:       m.workspacePath,
+		log:                 m.opts.Log,
 	}
-	m.mu.Unlock()
-	for _, key := range put {
-		m.opts.Log.V(1).Info(why, logging.KeyObject, KeyString(key))
-		m.opts.Outbox.Put(&ferryv1.SyncIntent{Key: key, PublishedResource: pr, Version: &ferryv1.ObjectVersion{},
-			Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
-	}
-	return len(ids) > 0
 }
 
 // ContentHash is the hash of an upsert's desired state: object and
@@ -235,21 +147,6 @@ func (m *Manager) workspacePath(ctx context.Context, cluster string) (string, er
 	m.paths[cluster] = p
 	m.mu.Unlock()
 	return p, nil
-}
-
-func (m *Manager) intent(pr string, key *ferryv1.ObjectKey, obj *unstructured.Unstructured, op any) *ferryv1.SyncIntent {
-	in := &ferryv1.SyncIntent{
-		Key:               key,
-		PublishedResource: pr,
-		Version:           &ferryv1.ObjectVersion{ResourceVersion: obj.GetResourceVersion(), Generation: obj.GetGeneration()},
-	}
-	switch o := op.(type) {
-	case *ferryv1.SyncIntent_Upsert:
-		in.Operation = o
-	case *ferryv1.SyncIntent_Delete:
-		in.Operation = o
-	}
-	return in
 }
 
 func objectKey(obj *unstructured.Unstructured, gvr schema.GroupVersionResource) *ferryv1.ObjectKey {

@@ -121,18 +121,24 @@ func (m *Manager) reconcileRelatedLocked() {
 	}
 }
 
-func relatedObjectKey(gvr schema.GroupVersionResource, storeKey string) string {
-	return gvr.String() + "#" + storeKey
+// relatedPlace is a related object's place in kcp: its resource and
+// where it is.
+type relatedPlace struct {
+	gvr schema.GroupVersionResource
+	objectName
 }
+
+// refKey is p's key in relRefs (a refindex keys its targets by string).
+func (p relatedPlace) refKey() string { return p.gvr.String() + "#" + p.storeKey() }
 
 // relatedObjectChanged requeues the primaries whose kcp-origin reference
 // points at a changed object.
 func (m *Manager) relatedObjectChanged(gvr schema.GroupVersionResource, key string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	k := relatedObjectKey(gvr, key)
-	m.relRefs.To(k, m.queue.Add)
-	if it, ok := m.relCopies[k]; ok {
+	p := relatedPlace{gvr: gvr, objectName: parseStoreKey(key)}
+	m.relRefs.To(p.refKey(), m.queue.Add)
+	if it, ok := m.relCopies[p]; ok {
 		m.queue.Add(it) // a copy changed in kcp: written again from the report
 	}
 }
@@ -224,9 +230,10 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		return nil
 	}
 	cluster := logicalcluster.From(primary).String()
-	srcKey := cluster + "|" + ns + "/" + name
+	src := relatedPlace{gvr: ref.Resource, objectName: objectName{cluster: cluster, namespace: ns, name: name}}
+	srcKey := src.storeKey()
 	m.mu.Lock()
-	m.relRefs.Point(it, relatedObjectKey(ref.Resource, srcKey))
+	m.relRefs.Point(it, src.refKey())
 	rw := m.relWatchers[ref.Resource]
 	listed := rw != nil && rw.synced // written under m.mu (relatedSynced)
 	m.mu.Unlock()
@@ -386,7 +393,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	}
 	ri := client.Resource(ref.Resource).Namespace(ns)
 	m.mu.Lock()
-	m.relCopies[relatedObjectKey(ref.Resource, pk.GetCluster()+"|"+ns+"/"+name)] = it
+	m.relCopies[relatedPlace{gvr: ref.Resource, objectName: objectName{cluster: pk.GetCluster(), namespace: ns, name: name}}] = it
 	m.mu.Unlock()
 	if existing == nil {
 		_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
@@ -497,7 +504,7 @@ func (m *Manager) deleteCopies(ctx context.Context, gvr schema.GroupVersionResou
 			continue
 		}
 		m.mu.Lock()
-		delete(m.relCopies, relatedObjectKey(gvr, logicalcluster.From(c).String()+"|"+c.GetNamespace()+"/"+c.GetName()))
+		delete(m.relCopies, relatedPlace{gvr: gvr, objectName: nameOf(c)})
 		m.mu.Unlock()
 		client, err := m.client(logicalcluster.From(c).String())
 		if err != nil {

@@ -38,7 +38,7 @@ func relatedState(cluster, namespace, name, uid, hash string) string {
 	if hash == "" {
 		return ""
 	}
-	return cluster + "|" + namespace + "/" + name + "#" + uid + "@" + hash
+	return objectName{cluster: cluster, namespace: namespace, name: name}.storeKey() + "#" + uid + "@" + hash
 }
 
 func newRelatedSent() *relatedSent {

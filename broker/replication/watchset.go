@@ -225,8 +225,7 @@ func (m *Manager) reconcileNamespacesLocked() {
 // namespaceChanged re-evaluates the objects in a namespace whose labels
 // changed, for resources that filter by namespace.
 func (m *Manager) namespaceChanged(nsKey string) {
-	cluster, rest, _ := strings.Cut(nsKey, "|")
-	prefix := cluster + "|" + strings.TrimPrefix(rest, "/") + "/"
+	prefix := inNamespaceKeyPrefix(parseStoreKey(nsKey))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for pr, w := range m.running {
