@@ -113,8 +113,8 @@ type Engine struct {
 	relRefs    *refindex.Index[relKey] // which local related object each reference points at
 	relSum     map[relKey][32]byte     // last report per reference
 	// relWaiting holds references waiting for a related informer to list
-	// (by waitKey).
-	relWaiting map[string]map[relKey]struct{}
+	// (by informer).
+	relWaiting map[waitKey]map[relKey]struct{}
 	// relParked holds, per primary (object key), the related upserts
 	// waiting for the cache to hold the primary as applied, since when
 	// (related_placement.go).
@@ -160,7 +160,7 @@ func NewEngine(o Options) *Engine {
 		relWatches:  map[schema.GroupVersionResource]*relatedWatch{},
 		relRefs:     refindex.New[relKey](),
 		relSum:      map[relKey][32]byte{},
-		relWaiting:  map[string]map[relKey]struct{}{},
+		relWaiting:  map[waitKey]map[relKey]struct{}{},
 		relParked:   map[ledgerKey]map[queueKey]time.Time{},
 	}
 }
@@ -303,7 +303,13 @@ func indexByRemote(obj any) ([]string, error) {
 		return nil, nil
 	}
 	l := u.GetLabels()
-	return []string{l[naming.LabelRemoteCluster] + "|" + l[naming.LabelNamespaceHash] + "|" + l[naming.LabelNameHash]}, nil
+	return []string{remoteIndexValue(l[naming.LabelRemoteCluster], l[naming.LabelNamespaceHash], l[naming.LabelNameHash])}, nil
+}
+
+// remoteIndexValue is remoteIndex's value: the kcp object's cluster and the
+// hashes of its namespace and name, as its copy's labels carry them.
+func remoteIndexValue(cluster, namespaceHash, nameHash string) string {
+	return cluster + "|" + namespaceHash + "|" + nameHash
 }
 
 // remoteUIDIndex indexes local copies by the kcp UID they were applied
@@ -324,7 +330,7 @@ func copyIndexers() cache.Indexers {
 }
 
 func remoteIndexKey(remote naming.Remote) string {
-	return remote.ClusterName + "|" + naming.Hash(remote.Namespace) + "|" + naming.Hash(remote.Name)
+	return remoteIndexValue(remote.ClusterName, naming.Hash(remote.Namespace), naming.Hash(remote.Name))
 }
 
 // Handle takes a sync intent from the broker (latest wins per object).
