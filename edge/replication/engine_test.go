@@ -70,6 +70,9 @@ type engineSetup struct {
 	// stalledWatch: the watch of the local copies sends nothing after the
 	// list (the cache misses what is created since).
 	stalledWatch bool
+	// relatedListForbiddenIn: listing related objects in this namespace is
+	// forbidden (its related cache never lists).
+	relatedListForbiddenIn string
 }
 
 func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
@@ -106,7 +109,7 @@ func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*E
 				return false, "no related watch of " + rel.Local.String()
 			}
 			for ns, space := range rw.spaces {
-				if !space.synced {
+				if !space.synced && ns != setup.relatedListForbiddenIn {
 					return false, fmt.Sprintf("the related watch of %s in %q has not listed", rel.Local.String(), ns)
 				}
 			}
@@ -163,6 +166,14 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 	if setup.unsynced {
 		dyn.PrependReactor("list", localGVR.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
 			return true, nil, errListForbidden
+		})
+	}
+	if ns := setup.relatedListForbiddenIn; ns != "" {
+		dyn.PrependReactor("list", secretsGVR.Resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() != ns {
+				return false, nil, nil
+			}
+			return true, nil, forbidden("secrets is forbidden: cannot list in " + ns)
 		})
 	}
 	if setup.namespacesForbidden {
