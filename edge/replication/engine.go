@@ -513,7 +513,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 			"no PublishedResource of this edge publishes %s.%s", in.GetKey().GetResource().GetResource(), in.GetKey().GetResource().GetGroup())
 	}
 	key := in.GetKey()
-	remote := naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}
+	remote := remoteOf(key)
 	existing := e.findLocal(w, remote)
 
 	if in.GetDelete() != nil {
@@ -625,18 +625,33 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 // w's kcp resource only); a copy whose annotations contradict its labels
 // (tampered) is not trusted.
 func (e *Engine) findLocal(w *localWatch, remote naming.Remote) *unstructured.Unstructured {
-	objs, err := w.store.ByIndex(remoteIndex, remoteIndexKey(remote))
-	if err != nil {
-		return nil
-	}
-	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		got, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
-		if ok && got.Namespace == remote.Namespace && got.Name == remote.Name && u.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel() {
+	for _, u := range cachedCopies(w.store, remote) {
+		if u.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel() {
 			return u
 		}
 	}
 	return nil
+}
+
+// cachedCopies returns the objects of a copies' cache whose labels name
+// remote's workspace, namespace and name and whose annotations agree (a
+// copy whose annotations contradict its labels is tampered: not trusted).
+func cachedCopies(store cache.Indexer, remote naming.Remote) []*unstructured.Unstructured {
+	if store == nil {
+		return nil
+	}
+	objs, err := store.ByIndex(remoteIndex, remoteIndexKey(remote))
+	if err != nil {
+		return nil
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		if got, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations()); ok && got.Namespace == remote.Namespace && got.Name == remote.Name {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // localChanged reports the status of a local copy when it changed, and
