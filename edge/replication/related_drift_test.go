@@ -3,7 +3,6 @@ package replication
 import (
 	"context"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -136,27 +135,7 @@ func TestEditedRelatedCopyIsAskedForAgain(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var asked []string
-			waitUntil(t, "the related watch handles both copies", func() (bool, string) {
-				for _, m := range reportsQueued(e) {
-					r := m.GetResendRequest()
-					if r == nil {
-						continue
-					}
-					switch r.GetRelatedTo().GetPrimary().GetUid() {
-					case marker.GetAnnotations()[naming.AnnotationUID]:
-						return true, ""
-					case primary.GetAnnotations()[naming.AnnotationUID]:
-						if r.GetRelatedTo().GetIdentifier() != "creds" {
-							t.Fatalf("resend request %v does not name the related entry of the primary", r)
-						}
-						asked = append(asked, r.GetReason())
-					default:
-						t.Fatalf("resend request %v does not name the related entry of the primary", r)
-					}
-				}
-				return false, "no resend request for the marker yet"
-			})
+			asked := resendsBefore(t, e, primary, marker)
 			if tc.want != (len(asked) == 1) || (tc.want && asked[0] != "changed") {
 				t.Fatalf("resend requests %q, want one (reason changed): %v", asked, tc.want)
 			}
@@ -194,7 +173,7 @@ func TestRelatedCopyEditedInTheClusterIsAskedForAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reasons []string
-	waitUntil(t, "a resend request for the edited copy", func() (bool, string) {
+	waitFor(t, func() (bool, string) {
 		reasons = append(reasons, resendReasons(e)...)
 		return len(reasons) > 0, "none yet"
 	})
@@ -215,20 +194,34 @@ func resendReasons(e *Engine) []string {
 	return out
 }
 
-// waitUntil waits up to 10 s for cond, failing with its last reason.
-func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
+// resendsBefore returns the reasons of the resend requests for primary's
+// related entry creds, up to the first one for marker's: the related
+// watch's events are handled in order, so marker's copy changing last
+// shows every earlier event was handled.
+func resendsBefore(t *testing.T, e *Engine, primary, marker *unstructured.Unstructured) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ok, why := cond()
-		if ok {
-			return
+	var asked []string
+	waitFor(t, func() (bool, string) {
+		for _, m := range reportsQueued(e) {
+			r := m.GetResendRequest()
+			if r == nil {
+				continue
+			}
+			switch r.GetRelatedTo().GetPrimary().GetUid() {
+			case marker.GetAnnotations()[naming.AnnotationUID]:
+				return true, ""
+			case primary.GetAnnotations()[naming.AnnotationUID]:
+				if r.GetRelatedTo().GetIdentifier() != "creds" {
+					t.Fatalf("resend request %v does not name the related entry of the primary", r)
+				}
+				asked = append(asked, r.GetReason())
+			default:
+				t.Fatalf("resend request %v does not name the related entry of the primary", r)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %s", what, why)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, "no resend request for the marker's copy yet"
+	})
+	return asked
 }
 
 // TestResentRelatedIntentRepairsOnlyAnEditedCopy: the broker's answer to a

@@ -55,27 +55,7 @@ func TestDeletedRelatedCopyIsAskedForAgain(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var asked []string
-			waitFor(t, func() (bool, string) {
-				for _, m := range reportsQueued(e) {
-					r := m.GetResendRequest()
-					if r == nil {
-						continue
-					}
-					switch r.GetRelatedTo().GetPrimary().GetUid() {
-					case marker.GetAnnotations()[naming.AnnotationUID]:
-						return true, ""
-					case primary.GetAnnotations()[naming.AnnotationUID]:
-						if r.GetRelatedTo().GetIdentifier() != "creds" {
-							t.Fatalf("resend request %v does not name the related entry of the primary", r)
-						}
-						asked = append(asked, r.GetReason())
-					default:
-						t.Fatalf("resend request %v does not name the related entry of the primary", r)
-					}
-				}
-				return false, "no resend request for the marker's copy yet"
-			})
+			asked := resendsBefore(t, e, primary, marker)
 			if tc.want != (len(asked) == 1) {
 				t.Fatalf("resend requests %v, want one: %v", asked, tc.want)
 			}
