@@ -663,6 +663,12 @@ func (e *Engine) localChanged(w *localWatch, old, obj any) {
 	defer e.mu.Unlock()
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		e.primaryCachedLocked(w, u)
+		if before, ok := old.(*unstructured.Unstructured); ok && !sameIdentity(w.pub, before, u) {
+			// Applied for another kcp object (recreated with a new UID):
+			// the references are kept by the kcp object's identity, and
+			// the old one's would count as a second referrer.
+			e.forgetRelatedLocked(w, before)
+		}
 	}
 	e.reportStatusLocked(w, obj)
 	e.reportRelatedLocked(w, obj)

@@ -227,6 +227,14 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	e.report(reportKey{kind: reportRelated, related: rk}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: report}})
 }
 
+// sameIdentity tells whether a and b, two versions of a local primary copy,
+// are copies of the same kcp object (their references share keys).
+func sameIdentity(p *Published, a, b *unstructured.Unstructured) bool {
+	ka, oka := relKeyOf(p, a, "")
+	kb, okb := relKeyOf(p, b, "")
+	return oka == okb && ka == kb
+}
+
 // forgetRelatedLocked drops the references of a local primary that is gone.
 func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstructured) {
 	for _, ref := range w.pub.Related {
