@@ -70,7 +70,7 @@ func (e *Engine) checkCopy(k ledgerKey) {
 	if pub == nil || w == nil || pub.Name != k.pr {
 		return
 	}
-	existing := e.findLocal(w, naming.Remote{ClusterName: k.cluster, Namespace: k.namespace, Name: k.name, UID: k.uid})
+	existing := e.findLocal(w, remoteOf(k.objectKey()))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ledger.deleting(k) {

@@ -113,8 +113,8 @@ type Engine struct {
 	relRefs    *refindex.Index[relKey] // which local related object each reference points at
 	relSum     map[relKey][32]byte     // last report per reference
 	// relWaiting holds references waiting for a related informer to list
-	// (by waitKey).
-	relWaiting map[string]map[relKey]struct{}
+	// (by informer).
+	relWaiting map[waitKey]map[relKey]struct{}
 	// relParked holds, per primary (object key), the related upserts
 	// waiting for the cache to hold the primary as applied, since when
 	// (related_placement.go).
@@ -160,7 +160,7 @@ func NewEngine(o Options) *Engine {
 		relWatches:  map[schema.GroupVersionResource]*relatedWatch{},
 		relRefs:     refindex.New[relKey](),
 		relSum:      map[relKey][32]byte{},
-		relWaiting:  map[string]map[relKey]struct{}{},
+		relWaiting:  map[waitKey]map[relKey]struct{}{},
 		relParked:   map[ledgerKey]map[queueKey]time.Time{},
 	}
 }
@@ -303,7 +303,13 @@ func indexByRemote(obj any) ([]string, error) {
 		return nil, nil
 	}
 	l := u.GetLabels()
-	return []string{l[naming.LabelRemoteCluster] + "|" + l[naming.LabelNamespaceHash] + "|" + l[naming.LabelNameHash]}, nil
+	return []string{remoteIndexValue(l[naming.LabelRemoteCluster], l[naming.LabelNamespaceHash], l[naming.LabelNameHash])}, nil
+}
+
+// remoteIndexValue is remoteIndex's value: the kcp object's cluster and the
+// hashes of its namespace and name, as its copy's labels carry them.
+func remoteIndexValue(cluster, namespaceHash, nameHash string) string {
+	return cluster + "|" + namespaceHash + "|" + nameHash
 }
 
 // remoteUIDIndex indexes local copies by the kcp UID they were applied
@@ -324,7 +330,7 @@ func copyIndexers() cache.Indexers {
 }
 
 func remoteIndexKey(remote naming.Remote) string {
-	return remote.ClusterName + "|" + naming.Hash(remote.Namespace) + "|" + naming.Hash(remote.Name)
+	return remoteIndexValue(remote.ClusterName, naming.Hash(remote.Namespace), naming.Hash(remote.Name))
 }
 
 // Handle takes a sync intent from the broker (latest wins per object).
@@ -507,7 +513,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 			"no PublishedResource of this edge publishes %s.%s", in.GetKey().GetResource().GetResource(), in.GetKey().GetResource().GetGroup())
 	}
 	key := in.GetKey()
-	remote := naming.Remote{ClusterName: key.GetCluster(), Namespace: key.GetNamespace(), Name: key.GetName(), UID: key.GetUid()}
+	remote := remoteOf(key)
 	existing := e.findLocal(w, remote)
 
 	if in.GetDelete() != nil {
@@ -619,18 +625,33 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 // w's kcp resource only); a copy whose annotations contradict its labels
 // (tampered) is not trusted.
 func (e *Engine) findLocal(w *localWatch, remote naming.Remote) *unstructured.Unstructured {
-	objs, err := w.store.ByIndex(remoteIndex, remoteIndexKey(remote))
-	if err != nil {
-		return nil
-	}
-	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		got, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
-		if ok && got.Namespace == remote.Namespace && got.Name == remote.Name && u.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel() {
+	for _, u := range cachedCopies(w.store, remote) {
+		if u.GetLabels()[naming.LabelRemoteResource] == w.pub.resourceLabel() {
 			return u
 		}
 	}
 	return nil
+}
+
+// cachedCopies returns the objects of a copies' cache whose labels name
+// remote's workspace, namespace and name and whose annotations agree (a
+// copy whose annotations contradict its labels is tampered: not trusted).
+func cachedCopies(store cache.Indexer, remote naming.Remote) []*unstructured.Unstructured {
+	if store == nil {
+		return nil
+	}
+	objs, err := store.ByIndex(remoteIndex, remoteIndexKey(remote))
+	if err != nil {
+		return nil
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		if got, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations()); ok && got.Namespace == remote.Namespace && got.Name == remote.Name {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // localChanged reports the status of a local copy when it changed, and
@@ -642,6 +663,12 @@ func (e *Engine) localChanged(w *localWatch, old, obj any) {
 	defer e.mu.Unlock()
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		e.primaryCachedLocked(w, u)
+		if before, ok := old.(*unstructured.Unstructured); ok && !sameIdentity(w.pub, before, u) {
+			// Applied for another kcp object (recreated with a new UID):
+			// the references are kept by the kcp object's identity, and
+			// the old one's would count as a second referrer.
+			e.forgetRelatedLocked(w, before)
+		}
 	}
 	e.reportStatusLocked(w, obj)
 	e.reportRelatedLocked(w, obj)

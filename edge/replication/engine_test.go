@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -70,6 +71,9 @@ type engineSetup struct {
 	// stalledWatch: the watch of the local copies sends nothing after the
 	// list (the cache misses what is created since).
 	stalledWatch bool
+	// relatedListForbiddenIn: listing related objects in this namespace is
+	// forbidden (its related cache never lists).
+	relatedListForbiddenIn string
 }
 
 func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
@@ -106,7 +110,7 @@ func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*E
 				return false, "no related watch of " + rel.Local.String()
 			}
 			for ns, space := range rw.spaces {
-				if !space.synced {
+				if !space.synced && ns != setup.relatedListForbiddenIn {
 					return false, fmt.Sprintf("the related watch of %s in %q has not listed", rel.Local.String(), ns)
 				}
 			}
@@ -163,6 +167,14 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 	if setup.unsynced {
 		dyn.PrependReactor("list", localGVR.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
 			return true, nil, errListForbidden
+		})
+	}
+	if ns := setup.relatedListForbiddenIn; ns != "" {
+		dyn.PrependReactor("list", secretsGVR.Resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() != ns {
+				return false, nil, nil
+			}
+			return true, nil, forbidden("secrets is forbidden: cannot list in " + ns)
 		})
 	}
 	if setup.namespacesForbidden {
@@ -249,29 +261,55 @@ func reportsQueued(e *Engine) []*ferryv1.ConnectRequest {
 // exists in the service cluster but the informer has not seen this edge's
 // own apply yet. The deletion must not be confirmed before the copy is gone.
 func TestDeleteAfterCreateOnCacheMiss(t *testing.T) {
-	key, remote := remoteThing()
+	key, _ := remoteThing()
 	e, _, sink := testEngineWith(t, engineSetup{stalledWatch: true})
-	// Applied by this engine; its cache has not seen it yet.
-	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("local-ns").Create(context.Background(), localCopy(remote), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	storeApplies(t, e)
+	// Applied by this engine; its cache does not see it.
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h",
+			Object: []byte(`{"apiVersion":"kcp.example/v1","kind":"Thing","metadata":{"name":"a","namespace":"team"}}`)}}})
+	runQueue(t, e)
+	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
+		t.Fatalf("want the upsert acked, got %v", sink.msgs)
 	}
-	e.record(keyFor("pr", key), "h", "", "local-ns", "a-copy", 1)
+	ns, name := sink.msgs[0].GetIntentResult().GetLocalNamespace(), sink.msgs[0].GetIntentResult().GetLocalName()
+	_ = reportsQueued(e)
 
 	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 2}, PublishedResource: "pr",
 		Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
 	runQueue(t, e)
 
-	if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
-		t.Fatalf("want one ack, got %v", sink.msgs)
+	if len(sink.msgs) != 2 || sink.msgs[1].GetIntentResult().GetError() != nil {
+		t.Fatalf("want the delete acked, got %v", sink.msgs[1:])
 	}
 	for _, m := range reportsQueued(e) {
 		if m.GetDeletionConfirmation() != nil {
 			t.Fatal("deletion confirmed while the local copy still existed")
 		}
 	}
-	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("local-ns").Get(context.Background(), "a-copy", getOpts); err == nil {
-		t.Fatal("the local copy was not deleted")
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace(ns).Get(context.Background(), name, getOpts); !apierrors.IsNotFound(err) {
+		t.Fatalf("the local copy %s was not deleted: %v", nsName(ns, name), err)
 	}
+}
+
+// storeApplies makes the fake service cluster keep what the engine applies
+// to local copies (the fake client cannot server-side apply unstructured
+// objects): created, or replaced when it exists.
+func storeApplies(t *testing.T, e *Engine) {
+	t.Helper()
+	fake := e.opts.Dynamic.(*dynamicfake.FakeDynamicClient)
+	fake.PrependReactor("patch", localGVR.Resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
+		u := &unstructured.Unstructured{}
+		if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &u.Object); err != nil {
+			return true, nil, err
+		}
+		u.SetNamespace(a.GetNamespace())
+		err := fake.Tracker().Create(localGVR, u, a.GetNamespace())
+		if apierrors.IsAlreadyExists(err) {
+			err = fake.Tracker().Update(localGVR, u, a.GetNamespace())
+		}
+		return true, u, err
+	})
 }
 
 // TestDeleteOfUnknownCopyIsConfirmed: nothing in the cache and nothing

@@ -76,18 +76,11 @@ func ofResource(u *unstructured.Unstructured, p *Published, uid string) bool {
 // its labels in w's legacy cache, when its annotations record remote's kcp
 // UID; nil otherwise.
 func findLegacy(w *localWatch, remote naming.Remote) *unstructured.Unstructured {
-	if w.legacy == nil || remote.UID == "" {
+	if remote.UID == "" {
 		return nil
 	}
-	objs, err := w.legacy.ByIndex(remoteIndex, remoteIndexKey(remote))
-	if err != nil {
-		return nil
-	}
-	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		got, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations())
-		if ok && got.Namespace == remote.Namespace && got.Name == remote.Name && got.UID == remote.UID &&
-			u.GetLabels()[naming.LabelRemoteResource] == "" {
+	for _, u := range cachedCopies(w.legacy, remote) {
+		if u.GetAnnotations()[naming.AnnotationUID] == remote.UID && u.GetLabels()[naming.LabelRemoteResource] == "" {
 			return u
 		}
 	}
@@ -98,15 +91,7 @@ func findLegacy(w *localWatch, remote naming.Remote) *unstructured.Unstructured 
 // version and not adopted yet: it is not deleted (nothing proves it is a
 // copy of this kcp resource's object), and stays for a person to remove.
 func (e *Engine) legacyLeft(w *localWatch, remote naming.Remote) {
-	if w.legacy == nil {
-		return
-	}
-	objs, err := w.legacy.ByIndex(remoteIndex, remoteIndexKey(remote))
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
+	for _, u := range cachedCopies(w.legacy, remote) {
 		e.opts.Log.Info("not deleting a local copy made by an earlier version of ferry, which does not record its kcp resource; remove it by hand if it is no longer wanted",
 			logging.KeyPublishedResource, w.pub.Name, "local", nsName(u.GetNamespace(), u.GetName()), "workspace", remote.ClusterName,
 			"remoteNamespace", remote.Namespace, "remoteName", remote.Name)

@@ -147,7 +147,7 @@ func (e *Engine) relatedInventoryLocked(w *localWatch) ([]*ferryv1.RelatedInvent
 			if !ok || remote.UID == "" {
 				continue
 			}
-			copies := rw.owned(remote.UID + "|" + ref.Identifier)
+			copies := rw.owned(relatedOwnerKey(remote.UID, ref.Identifier))
 			if len(copies) == 0 {
 				continue
 			}

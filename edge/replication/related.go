@@ -40,8 +40,23 @@ import (
 // relatedOwnerIndex indexes related copies by primary UID and identifier.
 const relatedOwnerIndex = "ferry.dev/related-owner"
 
-// relKey is one primary's reference by one related[] entry.
-type relKey struct{ pub, primary, id string }
+// relKey is one primary's reference by one related[] entry: the primary's
+// ledger key (its PublishedResource and whole kcp identity) and the entry's
+// identifier.
+type relKey struct {
+	primary ledgerKey
+	id      string
+}
+
+// relKeyOf is the key of primary's reference by entry id; false when primary
+// does not name the kcp object it is a copy of (it has no references).
+func relKeyOf(pub *Published, primary *unstructured.Unstructured, id string) (relKey, bool) {
+	remote, ok := naming.RemoteFrom(primary.GetLabels(), primary.GetAnnotations())
+	if !ok {
+		return relKey{}, false
+	}
+	return relKey{primary: keyFor(pub.Name, remoteKey(pub, remote)), id: id}, true
+}
 
 func indexByRelatedOwner(obj any) ([]string, error) {
 	u, ok := obj.(*unstructured.Unstructured)
@@ -52,8 +67,12 @@ func indexByRelatedOwner(obj any) ([]string, error) {
 	if l[naming.LabelRelatedTo] == "" {
 		return nil, nil
 	}
-	return []string{l[naming.LabelRelatedTo] + "|" + l[naming.LabelRelatedIdentifier]}, nil
+	return []string{relatedOwnerKey(l[naming.LabelRelatedTo], l[naming.LabelRelatedIdentifier])}, nil
 }
+
+// relatedOwnerKey is relatedOwnerIndex's value for the copies of a primary
+// (its kcp UID) by related[] entry identifier.
+func relatedOwnerKey(primaryUID, identifier string) string { return primaryUID + "|" + identifier }
 
 // informerObject is an informer event's object, unwrapped from a
 // tombstone.
@@ -140,9 +159,9 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	if rw == nil || !e.nsSynced {
 		return // reported once the watches have listed
 	}
-	rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
+	rk := relKey{primary: keyFor(w.pub.Name, remoteKey(w.pub, remote)), id: ref.Identifier}
 	report := &ferryv1.RelatedObjectReport{
-		RelatedTo: &ferryv1.RelatedTo{Primary: remoteKey(w.pub, remote), Identifier: ref.Identifier},
+		RelatedTo: &ferryv1.RelatedTo{Primary: rk.primary.objectKey(), Identifier: ref.Identifier},
 		Resource:  &ferryv1.GroupVersionResource{Group: ref.Local.Group, Version: ref.Local.Version, Resource: ref.Local.Resource},
 	}
 	ns, name, err := ref.Locate(primary.Object)
@@ -208,18 +227,27 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	e.report(reportKey{kind: reportRelated, related: rk}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: report}})
 }
 
+// sameIdentity tells whether a and b, two versions of a local primary copy,
+// are copies of the same kcp object (their references share keys).
+func sameIdentity(p *Published, a, b *unstructured.Unstructured) bool {
+	ka, oka := relKeyOf(p, a, "")
+	kb, okb := relKeyOf(p, b, "")
+	return oka == okb && ka == kb
+}
+
 // forgetRelatedLocked drops the references of a local primary that is gone.
 func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstructured) {
 	for _, ref := range w.pub.Related {
-		rk := relKey{pub: w.pub.Name, primary: cacheKey(primary), id: ref.Identifier}
+		rk, ok := relKeyOf(w.pub, primary, ref.Identifier)
+		if !ok {
+			return // never reported (reportRelatedRefLocked)
+		}
 		prev := e.relRefs.At(rk)
 		e.relRefs.Point(rk, "")
 		delete(e.relSum, rk)
 		e.rereportLocked(prev, rk) // a conflict may be over
 	}
 }
-
-func cacheKey(u *unstructured.Unstructured) string { return cacheKeyOf(u.GetNamespace(), u.GetName()) }
 
 func cacheKeyOf(ns, name string) string {
 	if ns == "" {
@@ -266,7 +294,7 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED, false,
 			"PublishedResource %q has no related entry %q that originates in kcp", in.GetPublishedResource(), rt.GetIdentifier())
 	}
-	copies := rw.owned(rt.GetPrimary().GetUid() + "|" + ref.Identifier)
+	copies := rw.owned(relatedOwnerKey(rt.GetPrimary().GetUid(), ref.Identifier))
 	if in.GetDelete() != nil {
 		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
 			return nack(in, classify(err), true, "%v", err)
@@ -386,7 +414,7 @@ func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primar
 		if rw == nil {
 			continue
 		}
-		copies := rw.owned(primaryUID + "|" + ref.Identifier)
+		copies := rw.owned(relatedOwnerKey(primaryUID, ref.Identifier))
 		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
 			return err
 		}

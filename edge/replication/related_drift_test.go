@@ -3,19 +3,10 @@ package replication
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	clientfeatures "k8s.io/client-go/features"
-	clientfeaturestesting "k8s.io/client-go/features/testing"
-	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -127,34 +118,35 @@ func TestEditedRelatedCopyIsAskedForAgain(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, w, _ := testEngine(t, true)
-			w.pub.Related = []Related{kcpCredsRef(t)}
-			rw := &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{}}
 			primary := primaryIn("c1", "local-ns", "a-copy", "creds")
-			if err := w.store.Add(primary); err != nil {
-				t.Fatal(err)
-			}
+			// A second primary whose copy is replaced: its resend request
+			// shows the related watch handled every event before it.
+			marker := primaryIn("c1", "local-ns", "b-copy", "creds-b")
+			e, _, _ := testEngineWith(t, engineSetup{related: []Related{kcpCredsRef(t)}}, primary, marker)
+			_ = reportsQueued(e) // what listing reported
 			u := relatedCopy("nora", primary)
 			tc.edit(u)
-			cached, err := e.relatedTransform(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if mf := cached.(*unstructured.Unstructured).GetManagedFields(); mf != nil {
-				t.Fatalf("the cache keeps managedFields: %v", mf)
-			}
-			e.relatedUpdated(rw, cached)
-			var asked []string
-			for _, m := range reportsQueued(e) {
-				if r := m.GetResendRequest(); r != nil {
-					if r.GetRelatedTo().GetIdentifier() != "creds" || r.GetRelatedTo().GetPrimary().GetUid() != primary.GetAnnotations()[naming.AnnotationUID] {
-						t.Fatalf("resend request %v does not name the related entry of the primary", r)
-					}
-					asked = append(asked, r.GetReason())
+			markerCopy := relatedCopy("nora", marker)
+			markerCopy.SetName("creds-b")
+			markerCopy.SetManagedFields(nil)
+			secrets := e.opts.Dynamic.Resource(secretsGVR).Namespace("local-ns")
+			for _, s := range []*unstructured.Unstructured{u, markerCopy} {
+				if _, err := secrets.Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
 				}
 			}
+			asked := resendsBefore(t, e, primary, marker)
 			if tc.want != (len(asked) == 1) || (tc.want && asked[0] != "changed") {
 				t.Fatalf("resend requests %q, want one (reason changed): %v", asked, tc.want)
+			}
+			e.mu.Lock()
+			cached, ok := e.relWatches[secretsGVR].get("local-ns", "creds")
+			e.mu.Unlock()
+			if !ok {
+				t.Fatal("the related cache does not hold the copy")
+			}
+			if mf := cached.GetManagedFields(); mf != nil {
+				t.Fatalf("the cache keeps managedFields: %v", mf)
 			}
 		})
 	}
@@ -164,37 +156,11 @@ func TestEditedRelatedCopyIsAskedForAgain(t *testing.T) {
 // the edge's real related watch: an edit someone makes to a copy in the
 // service cluster reaches the broker as a resend request.
 func TestRelatedCopyEditedInTheClusterIsAskedForAgain(t *testing.T) {
-	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	primary := primaryIn("c1", "local-ns", "a-copy", "creds")
 	secret := relatedCopy("nora", primary)
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{localGVR: "ThingList", secretsGVR: "SecretList"}, secret)
-	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns"}})
-	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard(), RelatedClusterWide: true})
-	rules, err := naming.Compile(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := &Published{Name: "pr", Remote: remoteGVR, Local: localGVR, LocalKind: "Thing", Namespaced: true, Naming: rules,
-		Related: []Related{kcpCredsRef(t)}}
-	w := &localWatch{pub: pub, cancel: func() {}, synced: true, store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, copyIndexers())}
-	if err := w.store.Add(primary); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	e.mu.Lock()
-	e.ctx, e.nsSynced = ctx, true
-	e.published["pr"], e.watches["pr"] = pub, w
-	e.ensureRelatedWatchesLocked()
-	rw := e.relWatches[secretsGVR]
-	e.mu.Unlock()
-	e.Attach(&recordingSink{})
-	waitUntil(t, "the related cache lists", func() (bool, string) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return rw.allSynced(), "not synced"
-	})
+	e, _, _ := testEngineWith(t, engineSetup{related: []Related{kcpCredsRef(t)}, relatedClusterWide: true}, primary, secret)
+	ctx := context.Background()
+	dyn := e.opts.Dynamic
 	if reqs := resendReasons(e); len(reqs) != 0 {
 		t.Fatalf("an untouched copy was asked for again: %q", reqs)
 	}
@@ -207,7 +173,7 @@ func TestRelatedCopyEditedInTheClusterIsAskedForAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reasons []string
-	waitUntil(t, "a resend request for the edited copy", func() (bool, string) {
+	waitFor(t, func() (bool, string) {
 		reasons = append(reasons, resendReasons(e)...)
 		return len(reasons) > 0, "none yet"
 	})
@@ -228,20 +194,34 @@ func resendReasons(e *Engine) []string {
 	return out
 }
 
-// waitUntil waits up to 10 s for cond, failing with its last reason.
-func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
+// resendsBefore returns the reasons of the resend requests for primary's
+// related entry creds, up to the first one for marker's: the related
+// watch's events are handled in order, so marker's copy changing last
+// shows every earlier event was handled.
+func resendsBefore(t *testing.T, e *Engine, primary, marker *unstructured.Unstructured) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ok, why := cond()
-		if ok {
-			return
+	var asked []string
+	waitFor(t, func() (bool, string) {
+		for _, m := range reportsQueued(e) {
+			r := m.GetResendRequest()
+			if r == nil {
+				continue
+			}
+			switch r.GetRelatedTo().GetPrimary().GetUid() {
+			case marker.GetAnnotations()[naming.AnnotationUID]:
+				return true, ""
+			case primary.GetAnnotations()[naming.AnnotationUID]:
+				if r.GetRelatedTo().GetIdentifier() != "creds" {
+					t.Fatalf("resend request %v does not name the related entry of the primary", r)
+				}
+				asked = append(asked, r.GetReason())
+			default:
+				t.Fatalf("resend request %v does not name the related entry of the primary", r)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %s", what, why)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, "no resend request for the marker's copy yet"
+	})
+	return asked
 }
 
 // TestResentRelatedIntentRepairsOnlyAnEditedCopy: the broker's answer to a
@@ -263,36 +243,22 @@ func TestResentRelatedIntentRepairsOnlyAnEditedCopy(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, w, _ := testEngine(t, true)
-			acceptApplies(e)
-			w.pub.Related = []Related{kcpCredsRef(t)}
 			primary := primaryIn("c1", "local-ns", "a-copy", "creds")
-			primary.SetLabels(objects.MergeStrings(primary.GetLabels(), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
-			if err := w.store.Add(primary); err != nil {
-				t.Fatal(err)
-			}
-			space := &relatedSpace{synced: true, cancel: func() {},
-				store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})}
-			e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"local-ns": space}}
 			u := relatedCopy("nora", primary)
 			u.SetAnnotations(objects.MergeStrings(u.GetAnnotations(), map[string]string{naming.AnnotationResourceVersion: "7"}))
 			tc.edit(u)
-			cached, err := e.relatedTransform(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := space.store.Add(cached); err != nil {
-				t.Fatal(err)
-			}
+			e, w, sink := testEngineWith(t, engineSetup{related: []Related{kcpCredsRef(t)}}, primary, u)
+			acceptApplies(e)
 			remote, _ := naming.RemoteFrom(primary.GetLabels(), primary.GetAnnotations())
 			pk := remoteKey(w.pub, remote)
-			in := &ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "default", Name: "creds", Uid: "u-s"}, PublishedResource: "pr",
-				RelatedTo: &ferryv1.RelatedTo{Primary: pk, Identifier: "creds"}, Version: &ferryv1.ObjectVersion{ResourceVersion: "7"},
-				Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(content)}}}
-			if res := e.applyRelated(context.Background(), in); res.GetError() != nil {
-				t.Fatalf("apply: %v", res.GetError())
+			e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "default", Name: "creds", Uid: "u-s"}, PublishedResource: "pr",
+				RelatedTo: &ferryv1.RelatedTo{Primary: pk, Identifier: "creds"}, Version: &ferryv1.ObjectVersion{Sequence: 1, ResourceVersion: "7"},
+				Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(content)}}})
+			runQueue(t, e)
+			if answers := relatedAnswers(sink); len(answers) != 1 || answers[0].GetError() != nil {
+				t.Fatalf("apply: answers %v, want one success", answers)
 			}
-			got := patches(t, e)
+			got := secretPatches(t, e)
 			if len(got) != tc.writes {
 				t.Fatalf("%d writes, want %d", len(got), tc.writes)
 			}
@@ -329,26 +295,19 @@ func TestInventoryListsRelatedCopies(t *testing.T) {
 		{name: "related cache not listed", edit: func(*unstructured.Unstructured) {}, unsynced: true, wantHash: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, w, _ := testEngine(t, true)
-			w.pub.Related = []Related{kcpCredsRef(t)}
 			primary := primaryIn("c1", "local-ns", "a-copy", "creds")
-			primary.SetLabels(objects.MergeStrings(primary.GetLabels(), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
-			if err := w.store.Add(primary); err != nil {
-				t.Fatal(err)
-			}
-			space := &relatedSpace{synced: !tc.unsynced, cancel: func() {},
-				store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})}
-			e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"local-ns": space}}
 			u := relatedCopy("nora", primary)
 			u.SetAnnotations(objects.MergeStrings(u.GetAnnotations(), naming.Annotations(naming.Remote{Namespace: "default", Name: "creds", UID: "u-s"})))
 			tc.edit(u)
-			cached, err := e.relatedTransform(u)
-			if err != nil {
-				t.Fatal(err)
+			setup := engineSetup{related: []Related{kcpCredsRef(t)}}
+			objs := []runtime.Object{primary, u}
+			if tc.unsynced {
+				// Another namespace of this agent's whose related cache
+				// cannot list.
+				setup.relatedListForbiddenIn = "ws-b"
+				objs = append(objs, ferryNamespace("ws-b", "b"))
 			}
-			if err := space.store.Add(cached); err != nil {
-				t.Fatal(err)
-			}
+			e, _, _ := testEngineWith(t, setup, objs...)
 			e.Attach(&recordingSink{})
 			var got []*ferryv1.RelatedInventoryEntry
 			complete := false
@@ -378,9 +337,4 @@ func TestInventoryListsRelatedCopies(t *testing.T) {
 			}
 		})
 	}
-}
-
-// newRelatedStore is a related cache's store.
-func newRelatedStore() cache.Indexer {
-	return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})
 }

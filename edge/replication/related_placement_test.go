@@ -1,9 +1,12 @@
 package replication
 
 import (
+	"context"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -31,54 +34,62 @@ func TestRelatedWaitsForTheAppliedPrimary(t *testing.T) {
 		{name: "the cache does not hold it yet", cached: func(*unstructured.Unstructured) *unstructured.Unstructured { return nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, w, sink := testEngine(t, true)
-			acceptApplies(e)
-			w.pub.Related = []Related{kcpCredsRef(t)}
-			newRelatedSpace(t, e)
-			current := primaryIn("c1", "local-ns", "a-copy", "creds")
-			current.SetLabels(objects.MergeStrings(current.GetLabels(), naming.OwnerLabels(remoteGVR.GroupResource(), "pr")))
+			// The primary's copy goes where the default naming rules put
+			// it: namespace c1, which ferry made for workspace c1.
+			remote := naming.Remote{ClusterName: "c1", Namespace: "default", Name: "app"}
+			ns, name := defaultPlace(t, remote)
+			current := primaryIn("c1", ns, name, "creds")
 			current.SetAnnotations(objects.MergeStrings(current.GetAnnotations(), map[string]string{naming.AnnotationContentHash: "h2"}))
-			remote, _ := naming.RemoteFrom(current.GetLabels(), current.GetAnnotations())
-			pk := remoteKey(w.pub, remote)
-			// This engine applied the primary's current version (h2).
-			e.record(keyFor(w.pub.Name, pk), "h2", "", "local-ns", "a-copy", 1)
+			remote, _ = naming.RemoteFrom(current.GetLabels(), current.GetAnnotations())
+			objs := []runtime.Object{ferryNamespace(ns, "c1")}
 			old := tc.cached(current)
 			if old != nil {
-				if err := w.store.Add(old); err != nil {
-					t.Fatal(err)
-				}
+				objs = append(objs, old)
 			}
+			e, w, sink := testEngineWith(t, engineSetup{related: []Related{kcpCredsRef(t)}}, objs...)
+			acceptApplies(e)
+			pk := remoteKey(w.pub, remote)
+			// This engine applies the primary's current version (h2); the
+			// service cluster answers, the informer does not see it yet.
+			e.Handle(&ferryv1.SyncIntent{Key: pk, PublishedResource: "pr", Version: &ferryv1.ObjectVersion{Sequence: 1, ResourceVersion: "6"},
+				Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h2",
+					Object: []byte(`{"apiVersion":"kcp.example/v1","kind":"Thing","metadata":{"name":"app","namespace":"default"},"spec":{"secretName":"creds"}}`)}}})
+			runQueue(t, e)
+			if got := relatedAnswers(sink); len(sink.msgs) != 1 || len(got) != 0 || sink.msgs[0].GetIntentResult().GetError() != nil {
+				t.Fatalf("the primary's apply: answers %v, want one success", sink.msgs)
+			}
+
 			e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "default", Name: "creds", Uid: "u-s"}, PublishedResource: "pr",
 				RelatedTo: &ferryv1.RelatedTo{Primary: pk, Identifier: "creds"}, Version: &ferryv1.ObjectVersion{Sequence: 1, ResourceVersion: "7"},
 				Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{"apiVersion":"v1","kind":"Secret","data":{"password":"aA=="}}`)}}})
 			runQueue(t, e)
-			if got := patches(t, e); len(got) != 0 {
+			if got := secretPatches(t, e); len(got) != 0 {
 				t.Fatalf("placed by a stale primary: wrote %s", nsName(got[0].GetNamespace(), got[0].GetName()))
 			}
-			if len(sink.msgs) != 0 {
-				t.Fatalf("answered while the cache is stale: %v", sink.msgs)
+			if got := relatedAnswers(sink); len(got) != 0 {
+				t.Fatalf("answered while the cache is stale: %v", got)
 			}
 
 			// The informer catches up.
+			copies := e.opts.Dynamic.Resource(localGVR).Namespace(ns)
+			var err error
 			if old != nil {
-				if err := w.store.Update(current); err != nil {
-					t.Fatal(err)
-				}
-			} else if err := w.store.Add(current); err != nil {
+				_, err = copies.Update(context.Background(), current, metav1.UpdateOptions{})
+			} else {
+				_, err = copies.Create(context.Background(), current, metav1.CreateOptions{})
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
-			e.localChanged(w, old, current)
-			runQueue(t, e)
-			got := patches(t, e)
-			if len(got) != 1 || got[0].GetName() != "creds" || got[0].GetNamespace() != "local-ns" {
-				t.Fatalf("after the informer event: writes %v, want local-ns/creds", got)
+			waitFor(t, func() (bool, string) {
+				runQueue(t, e)
+				return len(secretPatches(t, e)) > 0, "the related object is not written after the informer event"
+			})
+			got := secretPatches(t, e)
+			if len(got) != 1 || got[0].GetName() != "creds" || got[0].GetNamespace() != ns {
+				t.Fatalf("after the informer event: writes %v, want %s/creds", got, ns)
 			}
-			var answers []*ferryv1.IntentResult
-			for _, m := range sink.msgs {
-				if r := m.GetIntentResult(); r != nil {
-					answers = append(answers, r)
-				}
-			}
+			answers := relatedAnswers(sink)
 			if len(answers) != 1 || answers[0].GetError() != nil {
 				t.Fatalf("answers %v, want one success", answers)
 			}
@@ -86,11 +97,47 @@ func TestRelatedWaitsForTheAppliedPrimary(t *testing.T) {
 	}
 }
 
-// newRelatedSpace gives e a synced, empty cache of Secrets in local-ns.
-func newRelatedSpace(t *testing.T, e *Engine) {
+// defaultPlace is where the default naming rules put remote's copy.
+func defaultPlace(t *testing.T, remote naming.Remote) (ns, name string) {
 	t.Helper()
-	space := &relatedSpace{synced: true, cancel: func() {}, store: newRelatedStore()}
-	e.mu.Lock()
-	e.relWatches[secretsGVR] = &relatedWatch{gvr: secretsGVR, spaces: map[string]*relatedSpace{"local-ns": space}}
-	e.mu.Unlock()
+	rules, err := naming.Compile(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, name, err = rules.Local(remote, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, name
+}
+
+// ferryNamespace is namespace ns as this agent creates it for workspace ws.
+func ferryNamespace(ns, ws string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+	u.SetName(ns)
+	u.SetLabels(map[string]string{naming.LabelAgent: "nora", naming.LabelWorkspace: ws})
+	return u
+}
+
+// secretPatches are the applies of Secrets sent to the service cluster.
+func secretPatches(t *testing.T, e *Engine) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, u := range patches(t, e) {
+		if u.GetKind() == "Secret" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// relatedAnswers are the answers to related intents the sink received.
+func relatedAnswers(sink *recordingSink) []*ferryv1.IntentResult {
+	var out []*ferryv1.IntentResult
+	for _, m := range sink.msgs {
+		if r := m.GetIntentResult(); r != nil && r.GetRelatedTo() != nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -1,11 +1,11 @@
 package replication
 
 import (
+	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/cache"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -40,29 +40,22 @@ func TestDeletedRelatedCopyIsAskedForAgain(t *testing.T) {
 				primary.SetDeletionTimestamp(&now)
 				primary.SetFinalizers([]string{"example.com/cleanup"})
 			}
-			secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret"}}
-			secret.SetNamespace("local-ns")
-			secret.SetName("creds")
-			secret.SetLabels(map[string]string{naming.LabelAgent: "nora", naming.LabelRelatedTo: primary.GetAnnotations()[naming.AnnotationUID],
-				naming.LabelRelatedIdentifier: "creds"})
-			e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}}, primary)
+			secret := relatedSecret(primary, "creds")
+			// A second primary whose copy someone else deletes after: its
+			// resend request shows the related watch handled the first
+			// deletion.
+			marker := primaryIn("c1", "local-ns", "b-copy", "creds-b")
+			markerSecret := relatedSecret(marker, "creds-b")
+			e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}}, primary, secret, marker, markerSecret)
 			_ = reportsQueued(e) // what listing reported
 
-			// The related watch saw the Secret go.
-			e.mu.Lock()
-			rw := e.relWatches[secretsGVR]
-			e.mu.Unlock()
-			e.relatedGone(rw, cache.DeletedFinalStateUnknown{Key: "local-ns/creds", Obj: secret})
-			reports := reportsQueued(e)
-			var asked []string
-			for _, m := range reports {
-				if r := m.GetResendRequest(); r != nil {
-					if r.GetRelatedTo().GetIdentifier() != "creds" || r.GetRelatedTo().GetPrimary().GetUid() != primary.GetAnnotations()[naming.AnnotationUID] {
-						t.Fatalf("resend request %v does not name the related entry of the primary", r)
-					}
-					asked = append(asked, r.GetReason())
+			secrets := e.opts.Dynamic.Resource(secretsGVR).Namespace("local-ns")
+			for _, name := range []string{"creds", "creds-b"} {
+				if err := secrets.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
 				}
 			}
+			asked := resendsBefore(t, e, primary, marker)
 			if tc.want != (len(asked) == 1) {
 				t.Fatalf("resend requests %v, want one: %v", asked, tc.want)
 			}
@@ -71,3 +64,14 @@ func TestDeletedRelatedCopyIsAskedForAgain(t *testing.T) {
 }
 
 func metav1Now() metav1.Time { return metav1.Now() }
+
+// relatedSecret is this agent's copy ns/name of primary's related entry
+// creds.
+func relatedSecret(primary *unstructured.Unstructured, name string) *unstructured.Unstructured {
+	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret"}}
+	secret.SetNamespace(primary.GetNamespace())
+	secret.SetName(name)
+	secret.SetLabels(map[string]string{naming.LabelAgent: "nora", naming.LabelRelatedTo: primary.GetAnnotations()[naming.AnnotationUID],
+		naming.LabelRelatedIdentifier: "creds"})
+	return secret
+}

@@ -158,3 +158,55 @@ func TestRelatedCacheHoldsOnlyFerrysNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestRelatedReferenceFollowsTheCopysIdentity: a related reference is kept
+// by the identity of the kcp object the primary copy belongs to. When the
+// copy is applied for a new kcp object (same name, new UID: the kcp object
+// was recreated and its copy adopted), the reference of the object before
+// is dropped; kept, it would count as a second object pointing at the same
+// Secret, and the Secret would be refused as shared.
+func TestRelatedReferenceFollowsTheCopysIdentity(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
+		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"tls.key": "c2VjcmV0"}}}
+	secret.SetNamespace("local-ns")
+	secret.SetName("app-cert")
+	primary := primaryIn("c1", "local-ns", "a-copy", "app-cert")
+	e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}}, secret, primary)
+	latest := func(uid string) string {
+		t.Helper()
+		var st string
+		waitFor(t, func() (bool, string) {
+			for _, m := range reportsQueued(e) {
+				r := m.GetRelatedObjectReport()
+				if r == nil || r.GetRelatedTo().GetPrimary().GetUid() != uid {
+					continue
+				}
+				e.ReportResult(&ferryv1.ReportResult{ReportId: r.GetReportId()})
+				st = "object"
+				if r.GetError() != nil {
+					st = r.GetError().GetReason().String()
+				}
+			}
+			return st != "", "no related report for " + uid
+		})
+		return st
+	}
+	if st := latest(primary.GetAnnotations()[naming.AnnotationUID]); st != "object" {
+		t.Fatalf("related state %s, want the object", st)
+	}
+
+	recreated := primary.DeepCopy()
+	recreated.SetAnnotations(objects.MergeStrings(recreated.GetAnnotations(), map[string]string{naming.AnnotationUID: "uid-new"}))
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("local-ns").Update(context.Background(), recreated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := latest("uid-new"); st != "object" {
+		t.Fatalf("related state %s for the new kcp object, want the object", st)
+	}
+}

@@ -80,7 +80,7 @@ func (rw *relatedWatch) get(ns, name string) (*unstructured.Unstructured, bool) 
 }
 
 // owned returns the copies ferry wrote for a primary UID and identifier
-// ("uid|identifier"), in every namespace.
+// (relatedOwnerKey), in every namespace.
 func (rw *relatedWatch) owned(key string) []any {
 	var out []any
 	for _, s := range rw.spaces {
@@ -164,7 +164,7 @@ func (e *Engine) ensureRelatedWatchesLocked() {
 			if !namespaces[ns] {
 				s.cancel()
 				delete(rw.spaces, ns)
-				delete(e.relWaiting, waitKey(gvr, ns))
+				delete(e.relWaiting, waitKey{gvr: gvr, space: ns})
 			}
 		}
 		for ns := range namespaces {
@@ -206,7 +206,7 @@ func (e *Engine) startRelatedSpaceLocked(rw *relatedWatch, ns string) {
 			return
 		}
 		// The references that waited for this namespace can be reported.
-		k := waitKey(rw.gvr, ns)
+		k := waitKey{gvr: rw.gvr, space: ns}
 		waiting := e.relWaiting[k]
 		delete(e.relWaiting, k)
 		for rk := range waiting {
@@ -215,7 +215,12 @@ func (e *Engine) startRelatedSpaceLocked(rw *relatedWatch, ns string) {
 	}()
 }
 
-func waitKey(gvr schema.GroupVersionResource, space string) string { return gvr.String() + "|" + space }
+// waitKey is a related informer: its resource and its namespace ("" for
+// the whole cluster).
+type waitKey struct {
+	gvr   schema.GroupVersionResource
+	space string
+}
 
 // waitForSpaceLocked remembers a reference to report once rw's informer
 // holding ns has listed (started here when it is missing).
@@ -223,7 +228,7 @@ func (e *Engine) waitForSpaceLocked(rw *relatedWatch, ns string, rk relKey) {
 	if rw.space(ns) == nil {
 		e.ensureRelatedWatchesLocked()
 	}
-	k := waitKey(rw.gvr, rw.spaceKey(ns))
+	k := waitKey{gvr: rw.gvr, space: rw.spaceKey(ns)}
 	if e.relWaiting[k] == nil {
 		e.relWaiting[k] = map[relKey]struct{}{}
 	}
@@ -233,14 +238,15 @@ func (e *Engine) waitForSpaceLocked(rw *relatedWatch, ns string, rk relKey) {
 // reportRefLocked reports one reference again (when its primary and entry
 // still exist).
 func (e *Engine) reportRefLocked(rk relKey) {
-	w, ok := e.watches[rk.pub]
-	if !ok {
+	w, ok := e.watches[rk.primary.pr]
+	if !ok || w.store == nil {
 		return
 	}
 	ref := w.pub.related(rk.id)
-	primary, exists, err := w.store.GetByKey(rk.primary)
-	if ref == nil || err != nil || !exists {
+	pk := rk.primary.objectKey()
+	primary := e.findLocal(w, remoteOf(pk))
+	if ref == nil || primary == nil || !sameObject(primary, pk) {
 		return
 	}
-	e.reportRelatedRefLocked(w, primary.(*unstructured.Unstructured), ref)
+	e.reportRelatedRefLocked(w, primary, ref)
 }

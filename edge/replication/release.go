@@ -29,12 +29,14 @@ import (
 // (identity.go); those are logged and left. A related copy is deleted only
 // when its primary (by the kcp UID it names) is one of the copies deleted.
 func (e *Engine) DeleteCopies(ctx context.Context, remote schema.GroupResource, local schema.GroupVersionResource, related []Related) (remaining int, err error) {
-	primaries, err := e.opts.Dynamic.Resource(local).List(ctx, metav1.ListOptions{LabelSelector: naming.CopySelector(e.opts.Agent, remote)})
+	// One list of the primary copies: their UIDs select the related copies
+	// to delete, and they are deleted after those.
+	primaries, err := e.listLabelled(ctx, local, naming.CopySelector(e.opts.Agent, remote))
 	if err != nil {
-		return 0, fmt.Errorf("cannot list local %s: %w", local, err)
+		return 0, err
 	}
 	uids := map[string]bool{}
-	for _, u := range primaries.Items {
+	for _, u := range primaries {
 		if uid := u.GetAnnotations()[naming.AnnotationUID]; uid != "" {
 			uids[uid] = true
 		}
@@ -43,14 +45,17 @@ func (e *Engine) DeleteCopies(ctx context.Context, remote schema.GroupResource, 
 		if r.Origin != ferryv1alpha1.OriginKCP {
 			continue
 		}
-		n, err := e.deleteLabelled(ctx, r.Local, naming.LabelAgent+"="+e.opts.Agent+","+naming.LabelRelatedIdentifier+"="+r.Identifier,
-			func(u *unstructured.Unstructured) bool { return uids[u.GetLabels()[naming.LabelRelatedTo]] })
+		copies, err := e.listLabelled(ctx, r.Local, naming.LabelAgent+"="+e.opts.Agent+","+naming.LabelRelatedIdentifier+"="+r.Identifier)
+		if err != nil {
+			return 0, err
+		}
+		n, err := e.deleteListed(ctx, r.Local, copies, func(u *unstructured.Unstructured) bool { return uids[u.GetLabels()[naming.LabelRelatedTo]] })
 		if err != nil {
 			return 0, err
 		}
 		remaining += n
 	}
-	n, err := e.deleteLabelled(ctx, local, naming.CopySelector(e.opts.Agent, remote), func(*unstructured.Unstructured) bool { return true })
+	n, err := e.deleteListed(ctx, local, primaries, func(*unstructured.Unstructured) bool { return true })
 	if err != nil {
 		return 0, err
 	}
@@ -63,26 +68,31 @@ func (e *Engine) DeleteCopies(ctx context.Context, remote schema.GroupResource, 
 // logLegacyLeft logs the copies of local an earlier version of ferry made
 // that DeleteCopies leaves (they do not record their kcp resource).
 func (e *Engine) logLegacyLeft(ctx context.Context, local schema.GroupVersionResource) {
-	list, err := e.opts.Dynamic.Resource(local).List(ctx, metav1.ListOptions{LabelSelector: naming.LegacyCopySelector(e.opts.Agent)})
-	if err != nil || len(list.Items) == 0 {
+	left, err := e.listLabelled(ctx, local, naming.LegacyCopySelector(e.opts.Agent))
+	if err != nil || len(left) == 0 {
 		return
 	}
 	e.opts.Log.Info("deletionPolicy Delete leaves the local copies an earlier version of ferry made and did not adopt: they do not record their kcp resource; "+
-		"remove them by hand if they are no longer wanted", "resource", local.String(), "copies", len(list.Items),
+		"remove them by hand if they are no longer wanted", "resource", local.String(), "copies", len(left),
 		"selector", naming.LegacyCopySelector(e.opts.Agent))
 }
 
-// deleteLabelled deletes the objects of gvr that selector and ours match
-// and returns how many it found.
-func (e *Engine) deleteLabelled(ctx context.Context, gvr schema.GroupVersionResource, selector string, ours func(*unstructured.Unstructured) bool) (int, error) {
+// listLabelled lists the objects of gvr that selector matches.
+func (e *Engine) listLabelled(ctx context.Context, gvr schema.GroupVersionResource, selector string) ([]unstructured.Unstructured, error) {
 	list, err := e.opts.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return 0, fmt.Errorf("cannot list local %s: %w", gvr, err)
+		return nil, fmt.Errorf("cannot list local %s: %w", gvr, err)
 	}
+	return list.Items, nil
+}
+
+// deleteListed deletes the listed objects of gvr that ours matches and
+// returns how many it found (deleting ones included).
+func (e *Engine) deleteListed(ctx context.Context, gvr schema.GroupVersionResource, items []unstructured.Unstructured, ours func(*unstructured.Unstructured) bool) (int, error) {
 	policy := metav1.DeletePropagationBackground
 	found := 0
-	for i := range list.Items {
-		u := &list.Items[i]
+	for i := range items {
+		u := &items[i]
 		if !ours(u) {
 			continue
 		}

@@ -63,7 +63,7 @@ func (k reportKey) String() string {
 	case reportResendRelated:
 		return "resend " + k.object.String() + " related " + k.identifier
 	case reportRelated:
-		return "related " + k.related.pub + " " + k.related.primary + " " + k.related.id
+		return "related " + k.related.primary.pr + " " + k.related.primary.String() + " " + k.related.id
 	}
 	return "unknown report"
 }
