@@ -119,7 +119,9 @@ func newEngine(o Options, reports reportWriter) *Engine {
 	e.intents = replication.NewIntents(o.Epoch, o.Window, wake)
 	e.mgr = replication.NewManager(replication.Options{
 		KCP: o.KCP, EdgeName: o.EdgeName, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
-		Metrics: e.observer,
+		// Nil without an Observer: the manager then tracks no resync
+		// outcomes at all.
+		Metrics: o.Observer,
 	})
 	if reports == nil {
 		reports = e.mgr
