@@ -50,7 +50,7 @@ type Sink interface {
 	Control(*ferryv1.ConnectResponse) error
 }
 
-// Options configure an Engine. All fields are required.
+// Options configure an Engine. All fields but Observer are required.
 type Options struct {
 	// Export is the APIExport the engine serves.
 	Export config.APIExportRef
@@ -76,8 +76,9 @@ type Options struct {
 	InventoryGate time.Duration
 	// Log receives logs.
 	Log logr.Logger
-	// Metrics of the engine's export; nil records none.
-	Metrics *metrics.Export
+	// Observer learns the engine's transitions (the admin API's records,
+	// metrics: see Observers); nil observes nothing.
+	Observer Observer
 }
 
 // Engine is one APIExport's sync engine. Create with New, then Run.
@@ -89,6 +90,8 @@ type Engine struct {
 	publisher *publishWorker
 	bulkReady <-chan struct{}
 	started   time.Time
+	// observer is Options.Observer; never nil.
+	observer Observer
 
 	attachments atomic.Uint64
 	nacks       nackCounter
@@ -101,8 +104,8 @@ type Engine struct {
 	// vwKnown tells whether the watch reported the URL at least once.
 	vwKnown bool
 
-	// admin is the admin API's bookkeeping (objectstate.go).
-	admin adminState
+	// resyncSession is the admin session the last resync was asked on.
+	resyncSession string
 }
 
 // New returns an engine; nothing runs before Run.
@@ -112,18 +115,19 @@ func New(o Options) *Engine { return newEngine(o, nil) }
 // the engine's replication manager (tests pass a fake).
 func newEngine(o Options, reports reportWriter) *Engine {
 	wake, ready := link.NewWake()
-	e := &Engine{opts: o, bulkReady: ready, started: time.Now()}
+	e := &Engine{opts: o, bulkReady: ready, started: time.Now(), observer: Observers(o.Observer)}
 	e.intents = replication.NewIntents(o.Epoch, o.Window, wake)
 	e.mgr = replication.NewManager(replication.Options{
 		KCP: o.KCP, EdgeName: o.EdgeName, Outbox: e.intents, Log: o.Log.WithName("replicate"), InventoryGate: o.InventoryGate,
-		Metrics: o.Metrics,
+		// Nil without an Observer: the manager then tracks no resync
+		// outcomes at all.
+		Metrics: o.Observer,
 	})
 	if reports == nil {
 		reports = e.mgr
 	}
-	e.admin.records = newObjectRecords(e.mgr.Syncs)
 	e.reports = newReportWorker(reportWorkerOptions{writer: reports, send: e.controlOn, log: o.Log.WithName("reports"),
-		metrics: o.Metrics, records: e.admin.records})
+		observer: e.observer})
 	e.publisher = newPublishWorker(o.Publisher, o.Export, e.publishResult, o.Log.WithName("publish"), e.mgr, o.AllowRelated)
 	return e
 }
@@ -182,7 +186,7 @@ func (e *Engine) Attach(sink Sink) (detach func()) {
 	e.sink = sink
 	e.attached = e.attachments.Add(1)
 	e.mu.Unlock()
-	e.opts.Metrics.Attached()
+	e.observer.Attached()
 	e.mgr.Attach()
 	var once sync.Once
 	return func() {
@@ -249,7 +253,7 @@ func (e *Engine) NextIntent() (*ferryv1.ConnectResponse, bool) {
 	if in == nil {
 		return nil, false
 	}
-	e.opts.Metrics.IntentSent(metrics.OperationLabel(in))
+	e.observer.IntentSent(in)
 	if log := e.opts.Log.V(4); log.Enabled() {
 		log.Info("sending intent", logging.KeyObject, replication.KeyString(in.GetKey()), "operation", operationName(in),
 			"sequence", in.GetVersion().GetSequence(), "resourceVersion", in.GetVersion().GetResourceVersion())
@@ -270,11 +274,9 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectResponse, size, limit int) {
 		primary = rt.GetPrimary()
 	}
 	e.opts.Log.Info("object not synced: larger than the edge accepts", logging.KeyObject, replication.KeyString(in.GetKey()), "bytes", size, "limit", limit)
-	e.reports.add(reportTask{pr: in.GetPublishedResource(), key: primary, failure: &ferryv1.ApplyError{
-		Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE,
-		Message: tooLargeMessage(size, limit),
-	}})
-	e.recordTooLarge(in, size, limit)
+	failure := &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE, Message: tooLargeMessage(size, limit)}
+	e.reports.add(reportTask{pr: in.GetPublishedResource(), key: primary, failure: failure})
+	e.observer.IntentTooLarge(in, failure)
 }
 
 // Status describes the engine for the admin API.

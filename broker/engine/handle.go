@@ -72,7 +72,7 @@ func (e *Engine) Handle(msg *ferryv1.ConnectRequest) error {
 		if m.Inventory.GetPublishedResource() == "" {
 			return status.Error(codes.InvalidArgument, "Inventory needs published_resource")
 		}
-		e.admin.records.inventory(m.Inventory)
+		e.observer.InventoryReceived(m.Inventory)
 		e.mgr.Inventory(m.Inventory)
 		return nil
 	case *ferryv1.ConnectRequest_Hello:
@@ -94,8 +94,7 @@ func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	if in == nil {
 		return // stale: answered already, or another stream's
 	}
-	e.admin.records.answered(in, r)
-	e.opts.Metrics.IntentAnswered(r.GetError(), queued)
+	e.observer.IntentAnswered(in, r, queued)
 	if r.GetError() != nil {
 		e.nacks.add(r.GetError())
 	}

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/admin"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/replication"
 )
@@ -25,129 +25,6 @@ func testKey(uid string) *ferryv1.ObjectKey {
 func upsert(hash, rv string) *ferryv1.SyncIntent {
 	return &ferryv1.SyncIntent{Key: testKey("u1"), PublishedResource: "pr", Version: &ferryv1.ObjectVersion{ResourceVersion: rv},
 		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: hash}}}
-}
-
-func TestObjectRecords(t *testing.T) {
-	version := &ferryv1.ObjectVersion{BrokerEpoch: 1, Sequence: 4, ResourceVersion: "10"}
-	ack := &ferryv1.IntentResult{Key: testKey("u1"), Version: version, LocalNamespace: "local", LocalName: "a-copy"}
-	rejected := &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED, Message: "denied by policy"}
-	nack := &ferryv1.IntentResult{Key: testKey("u1"), Version: version, Error: rejected}
-	del := &ferryv1.SyncIntent{Key: testKey("u1"), PublishedResource: "pr", Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}}
-	refusal := &ferryv1.ReportResult{Error: &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, Message: "refused"}}
-
-	type check struct {
-		found                 bool
-		errSource, errMessage string
-		appliedHash, source   string
-		local                 string
-	}
-	cases := []struct {
-		name  string
-		steps func(r *objectRecords)
-		want  check
-	}{
-		{"ack records the applied state and the copy", func(r *objectRecords) { r.answered(upsert("h1", "10"), ack) },
-			check{found: true, appliedHash: "h1", source: appliedFromAck, local: "local/a-copy"}},
-		{"a nack is the last error, the copy stays", func(r *objectRecords) {
-			r.answered(upsert("h1", "10"), ack)
-			r.answered(upsert("h2", "11"), nack)
-		}, check{found: true, errSource: errorSourceIntent, errMessage: "denied by policy", appliedHash: "h1", source: appliedFromAck, local: "local/a-copy"}},
-		{"an ack clears the error", func(r *objectRecords) {
-			r.answered(upsert("h2", "11"), nack)
-			r.answered(upsert("h3", "12"), ack)
-		}, check{found: true, appliedHash: "h3", source: appliedFromAck, local: "local/a-copy"}},
-		{"a deleted copy is no copy", func(r *objectRecords) {
-			r.answered(upsert("h1", "10"), ack)
-			r.answered(del, &ferryv1.IntentResult{Key: testKey("u1")})
-		}, check{found: true}},
-		{"inventory", func(r *objectRecords) {
-			r.inventory(&ferryv1.Inventory{PublishedResource: "pr", Entries: []*ferryv1.InventoryEntry{
-				{Key: testKey("u1"), AppliedHash: "h9", AppliedResourceVersion: "9", LocalName: "copy"},
-				{AppliedHash: "no key: ignored"},
-			}})
-		}, check{found: true, appliedHash: "h9", source: appliedFromInventory, local: "copy"}},
-		{"a refused report is the last error until a report succeeds", func(r *objectRecords) {
-			r.reported(testKey("u1"), false, refusal)
-		}, check{found: true, errSource: errorSourceReport, errMessage: "refused"}},
-		{"a successful report clears a report error", func(r *objectRecords) {
-			r.reported(testKey("u1"), false, refusal)
-			r.reported(testKey("u1"), false, &ferryv1.ReportResult{})
-		}, check{found: true}},
-		{"a successful report keeps an intent error", func(r *objectRecords) {
-			r.answered(upsert("h2", "11"), nack)
-			r.reported(testKey("u1"), false, &ferryv1.ReportResult{})
-		}, check{found: true, errSource: errorSourceIntent, errMessage: "denied by policy"}},
-		{"a confirmed deletion forgets the object", func(r *objectRecords) {
-			r.answered(upsert("h1", "10"), ack)
-			r.reported(testKey("u1"), true, &ferryv1.ReportResult{})
-		}, check{}},
-		{"too large", func(r *objectRecords) {
-			r.failed(testKey("u1"), errorSourceTooLarge, &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_TOO_LARGE, Message: "big"})
-		}, check{found: true, errSource: errorSourceTooLarge, errMessage: "big"}},
-		{"related intents are not recorded", func(r *objectRecords) {
-			in := upsert("h1", "10")
-			in.RelatedTo = &ferryv1.RelatedTo{Primary: testKey("u1"), Identifier: "secret"}
-			r.answered(in, ack)
-		}, check{}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var r objectRecords
-			tc.steps(&r)
-			rec, found := r.get(testKey("u1"))
-			local := ""
-			if rec.local != nil {
-				local = nsName(rec.local.GetNamespace(), rec.local.GetName())
-			}
-			got := check{found: found, errSource: rec.lastErr.GetSource(), errMessage: rec.lastErr.GetError().GetMessage(),
-				appliedHash: rec.applied.GetContentHash(), source: rec.applied.GetSource(), local: local}
-			if got != tc.want {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
-			if _, other := r.get(testKey("u2")); other {
-				t.Error("a record for another UID")
-			}
-		})
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	rejected := &ferryv1.ObjectError{Source: errorSourceIntent, Error: &ferryv1.ApplyError{
-		Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED, Message: "denied by policy"}}
-	live := replication.ObjectView{Cached: true, Finalizer: true, InScope: true, DesiredHash: "h"}
-	cases := []struct {
-		name string
-		v    replication.ObjectView
-		s    *ferryv1.GetObjectStateResponse
-		want []string
-	}{
-		{"synced", live, &ferryv1.GetObjectStateResponse{EdgeConnected: true,
-			Applied: &ferryv1.AppliedState{ContentHash: "h", Current: true}, LocalCopy: &ferryv1.LocalCopy{Namespace: "l", Name: "a"}},
-			[]string{"synced", "l/a"}},
-		{"refused for good", live, &ferryv1.GetObjectStateResponse{EdgeConnected: true, LastError: rejected,
-			Intent: &ferryv1.IntentState{Phase: ferryv1.IntentPhase_INTENT_PHASE_NACKED, Held: true}},
-			[]string{"rejected", "denied by policy", "final"}},
-		{"in flight while disconnected", live, &ferryv1.GetObjectStateResponse{
-			Intent: &ferryv1.IntentState{Phase: ferryv1.IntentPhase_INTENT_PHASE_IN_FLIGHT, Operation: "upsert", Version: &ferryv1.ObjectVersion{Sequence: 3}}},
-			[]string{"not connected", "upsert intent 3 sent"}},
-		{"no finalizer", replication.ObjectView{Cached: true, InScope: true}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
-			[]string{"finalizer"}},
-		{"gone", replication.ObjectView{}, &ferryv1.GetObjectStateResponse{EdgeConnected: true},
-			[]string{"gone from kcp"}},
-		{"waiting for the inventory", live, &ferryv1.GetObjectStateResponse{EdgeConnected: true,
-			Intent: &ferryv1.IntentState{Phase: ferryv1.IntentPhase_INTENT_PHASE_NONE, AwaitingInventory: true}},
-			[]string{"inventory"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := summarize(tc.v, tc.s)
-			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("summary %q lacks %q", got, w)
-				}
-			}
-		})
-	}
 }
 
 // recordingSink keeps what the engine sends on the control lane.
@@ -192,9 +69,15 @@ func testEngineWith(t *testing.T, writer reportWriter) *Engine {
 	return e
 }
 
+// TestEngineObjectStateOfACopy: the admin records learn the edge's
+// inventory as the engine's Observer, and the object view reads the
+// engine's state and the records.
 func TestEngineObjectStateOfACopy(t *testing.T) {
-	e := testEngine(t)
-	if _, ok := e.ObjectState("pr", "c", "ns", "a"); ok {
+	objects := admin.NewObjects(nil, nil)
+	e := newEngine(Options{Export: config.APIExportRef{Workspace: "root:org", Name: "g"}, EdgeName: "nora", KCP: &rest.Config{},
+		Epoch: 1, Window: 8, Log: logr.Discard(), Observer: objects}, nil)
+	e.mgr.Ensure(replication.Resource{PublishedResource: "pr", GVR: testGVR})
+	if _, ok := objects.ObjectState(e, "pr", "c", "ns", "a"); ok {
 		t.Fatal("an unknown object was found")
 	}
 	detach := e.Attach(&recordingSink{})
@@ -207,13 +90,13 @@ func TestEngineObjectStateOfACopy(t *testing.T) {
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	got, ok := e.ObjectState("pr", "c", "ns", "a")
+	got, ok := objects.ObjectState(e, "pr", "c", "ns", "a")
 	switch {
 	case !ok:
 		t.Fatal("the object is not found")
 	case got.GetKey().GetUid() != "u1" || got.GetKcp() != nil || !got.GetEdgeConnected():
 		t.Errorf("key %v kcp %v connected %v", got.GetKey(), got.GetKcp(), got.GetEdgeConnected())
-	case got.GetApplied().GetContentHash() != "h1" || got.GetApplied().GetSource() != appliedFromInventory || got.GetApplied().GetResourceVersion() != "7":
+	case got.GetApplied().GetContentHash() != "h1" || got.GetApplied().GetSource() != "inventory" || got.GetApplied().GetResourceVersion() != "7":
 		t.Errorf("applied %v", got.GetApplied())
 	case got.GetLocalCopy().GetNamespace() != "local" || got.GetLocalCopy().GetName() != "a-x":
 		t.Errorf("local copy %v", got.GetLocalCopy())

@@ -23,8 +23,8 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/replication"
-	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/projection"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/related"
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
@@ -101,13 +101,13 @@ func (t reportTask) kind() string {
 	case t.failure != nil:
 		return ""
 	case t.deletion:
-		return "deletion"
+		return protocol.ReportKindDeletion
 	case t.resend != nil:
-		return "resend"
+		return protocol.ReportKindResend
 	case t.related != nil:
-		return "related"
+		return protocol.ReportKindRelated
 	}
-	return "status"
+	return protocol.ReportKindStatus
 }
 
 // reportWorker applies the edge's status reports, related object reports
@@ -120,12 +120,11 @@ func (t reportTask) kind() string {
 // answered exactly once, through send (the control lane of the stream the
 // report came on; dropped when that stream is gone).
 type reportWorker struct {
-	mgr     reportWriter
-	send    func(attachment uint64, m *ferryv1.ConnectResponse)
-	log     logr.Logger
-	metrics *metrics.Export
-	// records learns the answers for the admin API; nil records none.
-	records *objectRecords
+	mgr  reportWriter
+	send func(attachment uint64, m *ferryv1.ConnectResponse)
+	log  logr.Logger
+	// observer learns the reports received and answered.
+	observer Observer
 
 	mu     sync.Mutex
 	latest map[string]reportTask
@@ -155,10 +154,9 @@ type reportWorkerOptions struct {
 	// send sends an answer on the control lane of the stream attachment.
 	send func(attachment uint64, m *ferryv1.ConnectResponse)
 	log  logr.Logger
-	// metrics of the export; nil records none.
-	metrics *metrics.Export
-	// records learns the answers for the admin API; nil records none.
-	records *objectRecords
+	// observer learns the reports received and answered; nil observes
+	// nothing.
+	observer Observer
 	// limiter spaces the retries of one report; nil is
 	// reportRateLimiter() (tests observe the delays through it).
 	limiter workqueue.TypedRateLimiter[string]
@@ -170,7 +168,7 @@ func newReportWorker(o reportWorkerOptions) *reportWorker {
 		limiter = reportRateLimiter()
 	}
 	return &reportWorker{
-		mgr: o.writer, send: o.send, log: o.log, metrics: o.metrics, records: o.records,
+		mgr: o.writer, send: o.send, log: o.log, observer: Observers(o.observer),
 		latest:  map[string]reportTask{},
 		waiting: map[string]struct{}{},
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "reports"}),
@@ -197,7 +195,7 @@ func reportRateLimiter() workqueue.TypedRateLimiter[string] {
 
 func (w *reportWorker) add(t reportTask) {
 	if kind := t.kind(); kind != "" {
-		w.metrics.ReportReceived(kind)
+		w.observer.ReportReceived(kind)
 	}
 	k := reportKey(t)
 	w.mu.Lock()
@@ -269,8 +267,7 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		if !ok {
 			w.log.Info("edge report for a resource this edge does not sync; dropped", logging.KeyObject, replication.KeyString(t.key))
 			w.queue.Forget(k)
-			w.metrics.ReportDone(t.kind(), false)
-			w.answer(t, &ferryv1.ReportResult{ReportId: t.id, ReportEpoch: t.epoch, Error: &ferryv1.ApplyError{
+			w.done(t, &ferryv1.ReportResult{ReportId: t.id, ReportEpoch: t.epoch, Error: &ferryv1.ApplyError{
 				Reason:  ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED,
 				Message: fmt.Sprintf("%s is not synced by this edge", replication.KeyString(t.key)),
 			}})
@@ -332,8 +329,12 @@ func (w *reportWorker) apply(ctx context.Context, k string, t reportTask) {
 		// because it did not go again now.
 		w.restartWaiting()
 	}
-	w.metrics.ReportDone(t.kind(), answer.Error == nil)
-	w.records.reported(t.key, t.deletion, answer)
+	w.done(t, answer)
+}
+
+// done answers t with answer, for the observer and the edge.
+func (w *reportWorker) done(t reportTask, answer *ferryv1.ReportResult) {
+	w.observer.ReportAnswered(t.kind(), t.key, answer)
 	w.answer(t, answer)
 }
 

@@ -128,7 +128,7 @@ func (m *Manager) compareInventoryLocked(pr string, w *watcher, entries map[obje
 			m.resyncing[item{pr: pr, key: clusterKeyOf(raw.(*unstructured.Unstructured))}] = struct{}{}
 		}
 	}
-	m.opts.Metrics.Resynced(m.resyncSince, len(objects))
+	m.resyncObserver().Resynced(m.resyncSince, len(objects))
 	m.opts.Log.Info("edge inventory complete", logging.KeyPublishedResource, pr, logging.KeyObjects, len(entries))
 	m.openLocked(pr)
 }

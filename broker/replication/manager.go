@@ -29,7 +29,6 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
-	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/refindex"
 	"github.com/ferry-dev/ferry/pkg/related"
 	"github.com/ferry-dev/ferry/pkg/watching"
@@ -72,8 +71,9 @@ type Options struct {
 	// stream attaches until the edge's inventory for it is complete, or for
 	// at most this long.
 	InventoryGate time.Duration
-	// Metrics of the export; nil records none.
-	Metrics *metrics.Export
+	// Metrics learns the outcomes of inventory comparisons (the engine's
+	// Observer); nil records none.
+	Metrics ResyncObserver
 	// RelatedListWait bounds how long the release of a deleted object
 	// waits for the watch of a service-origin related kind to list;
 	// zero is one minute.

@@ -19,6 +19,32 @@ import (
 // (AdminService.GetObjectState and ListEdges). They read the caches and
 // bookkeeping under the manager's lock and change nothing.
 
+// ResyncObserver learns the outcomes of the manager's comparisons of the
+// edge's inventory with its caches (metrics; part of the engine's
+// Observer).
+type ResyncObserver interface {
+	// Resynced: one published resource's inventory was compared, over
+	// compared objects, after a resync that began at since (zero: unknown).
+	Resynced(since time.Time, compared int)
+	// ResyncObject: the first comparison of one object after an inventory
+	// comparison; unchanged when the edge has its desired state.
+	ResyncObject(unchanged bool)
+}
+
+// resyncObserver is the manager's ResyncObserver; one that observes
+// nothing when Options.Metrics is nil.
+func (m *Manager) resyncObserver() ResyncObserver {
+	if m.opts.Metrics == nil {
+		return noResyncObserver{}
+	}
+	return m.opts.Metrics
+}
+
+type noResyncObserver struct{}
+
+func (noResyncObserver) Resynced(time.Time, int) {}
+func (noResyncObserver) ResyncObject(bool)       {}
+
 // ResourceRef is one published resource of the manager.
 type ResourceRef struct {
 	// PublishedResource is the edge's PublishedResource name.

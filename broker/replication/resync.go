@@ -242,5 +242,5 @@ func (m *Manager) resyncedLocked(it item, unchanged bool) {
 		return
 	}
 	delete(m.resyncing, it)
-	m.opts.Metrics.ResyncObject(unchanged)
+	m.resyncObserver().ResyncObject(unchanged)
 }

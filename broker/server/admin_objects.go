@@ -54,7 +54,7 @@ func (a *adminService) authorize(ctx context.Context) error {
 // engineMatch is a published resource of a running engine.
 type engineMatch struct {
 	edge config.Edge
-	eng  *engine.Engine
+	eng  served
 	ref  replication.ResourceRef
 }
 
@@ -91,7 +91,7 @@ func (a *adminService) GetObjectState(ctx context.Context, req *ferryv1.GetObjec
 	if err != nil {
 		return nil, err
 	}
-	out, ok := m.eng.ObjectState(m.ref.PublishedResource, cluster, req.GetNamespace(), req.GetName())
+	out, ok := m.eng.objects.ObjectState(m.eng, m.ref.PublishedResource, cluster, req.GetNamespace(), req.GetName())
 	if !ok {
 		where := req.GetWorkspace()
 		if path != "" {
@@ -115,7 +115,7 @@ func (a *adminService) matchResource(group, resource string) []engineMatch {
 			continue
 		}
 		seen[edge.APIExport] = true
-		eng, ok := a.engines.get(edge.APIExport)
+		eng, ok := a.engines.served(edge.APIExport)
 		if !ok {
 			continue
 		}
@@ -135,7 +135,7 @@ func (a *adminService) matchResource(group, resource string) []engineMatch {
 // logicalCluster resolves workspace: a logical cluster name is taken as
 // is; a path (it has a ':') is looked up in what the engine resolved
 // before, then in kcp. path is the workspace path when one was given.
-func (a *adminService) logicalCluster(ctx context.Context, eng *engine.Engine, workspace string) (cluster, path string, err error) {
+func (a *adminService) logicalCluster(ctx context.Context, eng served, workspace string) (cluster, path string, err error) {
 	if !strings.Contains(workspace, ":") {
 		return workspace, "", nil
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/ferry-dev/ferry/broker/admin"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -19,7 +20,7 @@ import (
 // edge's configured name changes (its finalizer name changes with it), and
 // when the broker shuts down. Safe for concurrent use.
 type engines struct {
-	newEngine   func(config.APIExportRef, string, string) *engine.Engine
+	newEngine   func(config.APIExportRef, string, string) served
 	idleTimeout time.Duration
 	// clock runs the idle timers.
 	clock clock.WithDelayedExecution
@@ -31,15 +32,23 @@ type engines struct {
 	running map[config.APIExportRef]*runningEngine
 }
 
+// served is a sync engine with the admin API's records of its objects,
+// which learn them as the engine's Observer.
+type served struct {
+	*engine.Engine
+	objects *admin.Objects
+}
+
 type runningEngine struct {
 	e        *engine.Engine
+	objects  *admin.Objects
 	cancel   context.CancelFunc
 	done     chan struct{}
 	attached bool
 	idle     clock.Timer
 }
 
-func newEngines(idleTimeout time.Duration, clk clock.WithDelayedExecution, log logr.Logger, newEngine func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine) *engines {
+func newEngines(idleTimeout time.Duration, clk clock.WithDelayedExecution, log logr.Logger, newEngine func(export config.APIExportRef, agent, logicalCluster string) served) *engines {
 	return &engines{newEngine: newEngine, idleTimeout: idleTimeout, clock: clk, log: log, running: map[config.APIExportRef]*runningEngine{}}
 }
 
@@ -68,7 +77,8 @@ func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, lo
 	}
 	if !ok {
 		ctx, cancel := context.WithCancel(r.ctx)
-		run = &runningEngine{e: r.newEngine(export, agent, logicalCluster), cancel: cancel, done: make(chan struct{})}
+		eng := r.newEngine(export, agent, logicalCluster)
+		run = &runningEngine{e: eng.Engine, objects: eng.objects, cancel: cancel, done: make(chan struct{})}
 		r.running[export] = run
 		r.wg.Add(1)
 		go func() {
@@ -126,6 +136,18 @@ func (r *engines) done(export config.APIExportRef) <-chan struct{} {
 		return run.done
 	}
 	return nil
+}
+
+// served returns export's running engine with the admin API's records of
+// its objects.
+func (r *engines) served(export config.APIExportRef) (served, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run, ok := r.running[export]
+	if !ok {
+		return served{}, false
+	}
+	return served{Engine: run.e, objects: run.objects}, true
 }
 
 // get returns export's running engine.

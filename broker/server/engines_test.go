@@ -28,9 +28,9 @@ func (discardSink) Control(*ferryv1.ConnectResponse) error { return nil }
 // testEngines returns engines whose idle timers run on clk.
 func testEngines(t *testing.T, clk *clocktesting.FakeClock, idle time.Duration) *engines {
 	t.Helper()
-	r := newEngines(idle, clk, logr.Discard(), func(export config.APIExportRef, agent, lc string) *engine.Engine {
-		return engine.New(engine.Options{Export: export, EdgeName: agent, LogicalCluster: lc, Watcher: idleWatcher{},
-			Window: 8, Log: logr.Discard()})
+	r := newEngines(idle, clk, logr.Discard(), func(export config.APIExportRef, agent, lc string) served {
+		return served{Engine: engine.New(engine.Options{Export: export, EdgeName: agent, LogicalCluster: lc, Watcher: idleWatcher{},
+			Window: 8, Log: logr.Discard()})}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	r.start(ctx)

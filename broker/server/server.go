@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/admin"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/registry"
@@ -87,13 +88,18 @@ func New(o Options) *Server {
 	g := newGRPCServer(o)
 	epoch := newEpoch()
 	log := o.Log.WithName("sync")
-	engs := newEngines(o.EngineIdleTimeout, clock.RealClock{}, log, func(export config.APIExportRef, agent, logicalCluster string) *engine.Engine {
-		return engine.New(engine.Options{
+	engs := newEngines(o.EngineIdleTimeout, clock.RealClock{}, log, func(export config.APIExportRef, agent, logicalCluster string) served {
+		// The records keep refused reports only of objects the engine syncs
+		// (eng is set before the engine runs, so before any report).
+		var eng *engine.Engine
+		objects := admin.NewObjects(func(key *ferryv1.ObjectKey) bool { return eng.Syncs(key) }, nil)
+		eng = engine.New(engine.Options{
 			Export: export, LogicalCluster: logicalCluster, EdgeName: agent, KCP: o.KCP, Publisher: o.Publisher, AllowRelated: allowRelated(o.Config, export),
 			Watcher: o.Resolver, Epoch: epoch, Window: o.InFlightWindow, InventoryGate: inventoryGate,
-			Log:     log.WithName("engine").WithValues(logging.KeyExport, export.String(), logging.KeyAgent, agent),
-			Metrics: o.Metrics.Export(export.String()),
+			Log:      log.WithName("engine").WithValues(logging.KeyExport, export.String(), logging.KeyAgent, agent),
+			Observer: engine.Observers(o.Metrics.Export(export.String()), objects),
 		})
+		return served{Engine: eng, objects: objects}
 	})
 	leases := newEdgeLeases(o)
 	ferryv1.RegisterSyncServiceServer(g, &syncService{

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/edge/objectlog"
 	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/edge/session"
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -44,8 +45,19 @@ type Source struct {
 	Link *session.Handler
 	// Engine is the sync engine.
 	Engine *replication.Engine
+	// Objects is the record of what Engine did with each object (its
+	// Observer); nil holds none.
+	Objects *objectlog.Log
 	// Leading tells whether the incarnation leads (nil: it does).
 	Leading func() bool
+}
+
+// objects is src.Objects, or an empty log.
+func (src *Source) objects() *objectlog.Log {
+	if src.Objects == nil {
+		return objectlog.New(nil)
+	}
+	return src.Objects
 }
 
 // Server implements ferry.v1alpha1.EdgeAdminService. Safe for concurrent
@@ -157,8 +169,8 @@ func (s *Server) GetStatus(context.Context, *ferryv1.GetStatusRequest) (*ferryv1
 	}
 	if src.Engine != nil {
 		out.Resources = src.Engine.Resources()
-		c := src.Engine.Counts()
-		out.IntentsApplied, out.IntentsFailed, out.ReportsPending = c.IntentsApplied, c.IntentsFailed, uint32(c.ReportsPending)
+		out.IntentsApplied, out.IntentsFailed = src.objects().Counts()
+		out.ReportsPending = uint32(src.Engine.ReportsPending())
 	}
 	return out, nil
 }
@@ -169,11 +181,11 @@ func (s *Server) GetObjectState(_ context.Context, req *ferryv1.EdgeAdminService
 	if src == nil || src.Engine == nil {
 		return nil, status.Error(codes.Unavailable, "the edge's sync engine is not running (starting, or waiting for the service cluster's API server)")
 	}
-	out, err := src.Engine.ObjectState(req)
+	out, err := src.objects().ObjectState(src.Engine, req)
 	switch {
-	case errors.Is(err, replication.ErrInvalidQuery):
+	case errors.Is(err, objectlog.ErrInvalidQuery):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, replication.ErrObjectNotFound):
+	case errors.Is(err, objectlog.ErrObjectNotFound):
 		msg := err.Error()
 		if src.Leading != nil && !src.Leading() {
 			msg += " (this replica is not the leader: it syncs nothing; ask the leading replica)"

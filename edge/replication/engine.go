@@ -42,7 +42,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
-	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
@@ -71,8 +70,9 @@ type Options struct {
 	// RelatedClusterWide caches related kinds in the whole cluster instead
 	// of per namespace ferry may use (relatedwatch.go).
 	RelatedClusterWide bool
-	// Metrics records the edge's metrics; nil records none.
-	Metrics *metrics.Edge
+	// Observer learns the engine's transitions (the admin API's records,
+	// metrics: see Observers); nil observes nothing.
+	Observer Observer
 }
 
 // Sink is the attached stream's control lane (link.Loop.Control): it never
@@ -119,9 +119,6 @@ type Engine struct {
 	// waiting for the cache to hold the primary as applied, since when
 	// (related_placement.go).
 	relParked map[ledgerKey]map[queueKey]time.Time
-
-	// admin is the admin view's bookkeeping (objectstate.go).
-	admin adminState
 }
 
 type localWatch struct {
@@ -335,7 +332,7 @@ func remoteIndexKey(remote naming.Remote) string {
 
 // Handle takes a sync intent from the broker (latest wins per object).
 func (e *Engine) Handle(in *ferryv1.SyncIntent) {
-	e.opts.Metrics.IntentReceived(in)
+	e.observer().IntentReceived(in)
 	e.mu.Lock()
 	q := e.queueKeyLocked(in)
 	e.ledger.received(q, in)
@@ -433,8 +430,7 @@ func (e *Engine) next(ctx context.Context) bool {
 		// Answered at once, so this resource's intents never fill the
 		// broker's window; the broker retries with backoff.
 		res := nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_READY, true, "%s", why)
-		e.opts.Metrics.IntentDone(in, res)
-		e.recordHandled(in, res)
+		e.observer().IntentDone(in, res)
 		e.result(res)
 		return true
 	}
@@ -457,8 +453,7 @@ func (e *Engine) next(ctx context.Context) bool {
 		log.Info("intent handled", logging.KeyObject, k.object.String(), "related", k.related, "delete", in.GetDelete() != nil, "sequence", in.GetVersion().GetSequence(),
 			"local", nsName(res.GetLocalNamespace(), res.GetLocalName()), "error", res.GetError().GetMessage())
 	}
-	e.opts.Metrics.IntentDone(in, res)
-	e.recordHandled(in, res)
+	e.observer().IntentDone(in, res)
 	e.countConflict(in, res)
 	e.result(res)
 	return true

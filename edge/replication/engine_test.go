@@ -65,6 +65,8 @@ type engineSetup struct {
 	relatedClusterWide bool
 	// published changes the PublishedResource before it is registered.
 	published func(*Published)
+	// observer is Options.Observer.
+	observer Observer
 	// namespacesForbidden: listing namespaces is forbidden (the engine
 	// never knows the namespaces it created).
 	namespacesForbidden bool
@@ -184,7 +186,7 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 	}
 	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns", Labels: nsLabels}})
 	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard(),
-		RelatedClusterWide: setup.relatedClusterWide})
+		RelatedClusterWide: setup.relatedClusterWide, Observer: setup.observer})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := e.Run(ctx, 0); err != nil {

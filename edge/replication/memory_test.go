@@ -8,6 +8,7 @@ import (
 	"time"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/edge/objectlog"
 )
 
 // memoryObjects is how many objects the memory figures are measured over.
@@ -62,23 +63,23 @@ func retainedPerObject(size int) (before, after uint64) {
 	}
 	before = heapRetained(func() any {
 		applied := map[string]appliedCopyBefore{}
-		handled := map[objectID]handledBefore{}
+		handled := map[string]handledBefore{}
 		for i := range memoryObjects {
 			in := intentOfSize(i, size)
 			res := &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), LocalNamespace: "local-ns", LocalName: in.GetKey().GetName()}
 			applied[keyFor("pr", in.GetKey()).String()] = appliedCopyBefore{intent: in, namespace: "local-ns", name: in.GetKey().GetName(), generation: 1}
-			handled[keyID(in.GetKey())] = handledBefore{in: in, res: res, at: time.Now()}
+			handled[keyFor("pr", in.GetKey()).String()] = handledBefore{in: in, res: res, at: time.Now()}
 		}
 		return []any{applied, handled}
 	}) / memoryObjects
 	after = heapRetained(func() any {
 		l := newLedger()
-		handled := map[objectID]handledIntent{}
+		handled := objectlog.New(nil)
 		for i := range memoryObjects {
 			in := intentOfSize(i, size)
 			res := &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion(), LocalNamespace: "local-ns", LocalName: in.GetKey().GetName()}
 			l.applied(keyFor("pr", in.GetKey()), in.GetUpsert().GetContentHash(), "", "local-ns", in.GetKey().GetName(), 1)
-			handled[keyID(in.GetKey())] = handledOf(in, res, time.Now())
+			handled.IntentDone(in, res)
 		}
 		return []any{l, handled}
 	}) / memoryObjects

@@ -1,99 +1,22 @@
 package replication
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"sort"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/edge/objectlog"
 	"github.com/ferry-dev/ferry/pkg/naming"
-	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
-// The edge's read-only admin view (EdgeAdminService): what it did with
-// each object and the state of its resources, and the broker's request
-// for a fresh inventory.
-
-// adminState is the engine's bookkeeping for the admin view; its zero value
-// is ready to use.
-type adminState struct {
-	applied, failed atomic.Uint64
-
-	mu sync.Mutex
-	// handled holds, per kcp object (without UID: the latest object of the
-	// name wins), the last intent handled and its answer. An entry goes when
-	// a delete succeeded.
-	handled map[objectID]handledIntent
-}
-
-// handledIntent is what the admin view keeps of an intent the engine
-// answered: its key, version, content hash and answer — not the object's
-// content, which the view never shows.
-type handledIntent struct {
-	key           *ferryv1.ObjectKey
-	version       *ferryv1.ObjectVersion
-	hash          string
-	workspacePath string
-	upsert        bool
-	err           *ferryv1.ApplyError
-	at            time.Time
-}
-
-// handledOf is what the admin view keeps of in, answered with res.
-func handledOf(in *ferryv1.SyncIntent, res *ferryv1.IntentResult, at time.Time) handledIntent {
-	return handledIntent{key: in.GetKey(), version: in.GetVersion(), hash: in.GetUpsert().GetContentHash(),
-		workspacePath: in.GetUpsert().GetWorkspacePath(), upsert: in.GetUpsert() != nil, err: res.GetError(), at: at}
-}
-
-// objectID identifies a kcp object without its UID (the admin view shows
-// the latest object of a name).
-type objectID struct {
-	cluster, group, resource, namespace, name string
-}
-
-func keyID(k *ferryv1.ObjectKey) objectID {
-	return objectID{k.GetCluster(), k.GetResource().GetGroup(), k.GetResource().GetResource(), k.GetNamespace(), k.GetName()}
-}
-
-// recordHandled records the answer res to the intent in (primary objects
-// only) for the admin view.
-func (e *Engine) recordHandled(in *ferryv1.SyncIntent, res *ferryv1.IntentResult) {
-	if res.GetError() != nil {
-		e.admin.failed.Add(1)
-	} else {
-		e.admin.applied.Add(1)
-	}
-	if in.GetRelatedTo() != nil {
-		return
-	}
-	id := keyID(in.GetKey())
-	e.admin.mu.Lock()
-	defer e.admin.mu.Unlock()
-	if in.GetDelete() != nil && res.GetError() == nil {
-		delete(e.admin.handled, id)
-		return
-	}
-	if e.admin.handled == nil {
-		e.admin.handled = map[objectID]handledIntent{}
-	}
-	e.admin.handled[id] = handledOf(in, res, time.Now())
-}
-
-func (e *Engine) lastHandled(id objectID) (handledIntent, bool) {
-	e.admin.mu.Lock()
-	defer e.admin.mu.Unlock()
-	h, ok := e.admin.handled[id]
-	return h, ok
-}
+// The engine's read side for the edge's admin API (EdgeAdminService): the
+// state of its resources and copies, read under its locks, and the
+// broker's request for a fresh inventory. What the engine did with each
+// object is not kept here: edge/objectlog.Log learns it as the engine's
+// Observer and builds the object views from this read side.
 
 // RequestInventory answers the broker's InventoryRequest: the inventory of
 // every synced resource named in prs (all when empty) is sent again; one
@@ -114,18 +37,10 @@ func (e *Engine) RequestInventory(prs []string) {
 	}
 }
 
-// Counts are the engine's figures for the admin view.
-type Counts struct {
-	// IntentsApplied and IntentsFailed count answered intents.
-	IntentsApplied, IntentsFailed uint64
-	// ReportsPending counts reports waiting to be sent or answered.
-	ReportsPending int
-}
-
-// Counts returns the engine's figures.
-func (e *Engine) Counts() Counts {
+// ReportsPending counts the reports waiting to be sent or answered.
+func (e *Engine) ReportsPending() int {
 	st := e.reports.Stats()
-	return Counts{IntentsApplied: e.admin.applied.Load(), IntentsFailed: e.admin.failed.Load(), ReportsPending: st.Pending + st.InFlight}
+	return st.Pending + st.InFlight
 }
 
 // Resources describes the published resources, ordered by name.
@@ -154,190 +69,75 @@ func gvrOf(g schema.GroupVersionResource) *ferryv1.GroupVersionResource {
 	return &ferryv1.GroupVersionResource{Group: g.Group, Version: g.Version, Resource: g.Resource}
 }
 
-// ErrObjectNotFound is returned by ObjectState when the edge knows nothing
-// of the object.
-var ErrObjectNotFound = errors.New("not found")
+// Agent is the edge's name, which its copies' labels carry.
+func (e *Engine) Agent() string { return e.opts.Agent }
 
-// ErrInvalidQuery is returned by ObjectState for a query that selects
-// nothing.
-var ErrInvalidQuery = errors.New("invalid query")
-
-// ObjectState explains one object, selected by its kcp key (workspace,
-// resource, namespace, name) or by its local copy (local_name, optionally
-// local_namespace and resource).
-func (e *Engine) ObjectState(q *ferryv1.EdgeAdminServiceGetObjectStateRequest) (*ferryv1.EdgeAdminServiceGetObjectStateResponse, error) {
-	group, resource := protocol.SplitResource(q.GetGroup(), q.GetResource())
-	switch {
-	case q.GetLocalName() != "":
-		return e.byLocal(group, resource, q.GetLocalNamespace(), q.GetLocalName())
-	case q.GetWorkspace() == "" || resource == "" || q.GetName() == "":
-		return nil, fmt.Errorf("%w: select the object by workspace, resource, namespace and name (its kcp key), or by local_name and local_namespace (its local copy)", ErrInvalidQuery)
-	}
-	pubs := e.matchPublished(group, resource)
-	if len(pubs) == 0 {
-		return nil, fmt.Errorf("%w: no PublishedResource of this edge publishes %q", ErrObjectNotFound, q.GetResource())
-	}
-	for _, pub := range pubs {
-		if out, ok := e.byRemote(pub, q.GetWorkspace(), q.GetNamespace(), q.GetName()); ok {
-			return out, nil
-		}
-	}
-	return nil, fmt.Errorf("%w: the edge holds no copy of %s %s in workspace %s and handled no intent for it since it started",
-		ErrObjectNotFound, q.GetResource(), nsName(q.GetNamespace(), q.GetName()), q.GetWorkspace())
-}
-
-// published is a PublishedResource with its watch.
-type published struct {
-	pub *Published
-	w   *localWatch
-}
-
-// matchPublished returns the PublishedResources whose name, kcp resource
+// MatchPublished returns the PublishedResources whose name, kcp resource
 // or local resource is resource (in group, when set); all when resource is
-// empty.
-func (e *Engine) matchPublished(group, resource string) []published {
+// empty. Ordered by name.
+func (e *Engine) MatchPublished(group, resource string) []objectlog.Resource {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []published
+	var out []objectlog.Resource
 	for name, p := range e.published {
 		match := resource == "" ||
 			(name == resource && group == "") ||
 			(p.Remote.Resource == resource && (group == "" || p.Remote.Group == group)) ||
 			(p.Local.Resource == resource && (group == "" || p.Local.Group == group))
 		if match {
-			out = append(out, published{pub: p, w: e.watches[name]})
+			out = append(out, objectlog.Resource{Name: p.Name, Remote: p.Remote, Local: p.Local})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].pub.Name < out[j].pub.Name })
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// byRemote finds pub's object by its kcp key; workspace is the logical
-// cluster or the workspace path the copy (or the last intent) carries.
-func (e *Engine) byRemote(p published, workspace, namespace, name string) (*ferryv1.EdgeAdminServiceGetObjectStateResponse, bool) {
-	var local *unstructured.Unstructured
-	if p.w != nil && p.w.store != nil {
-		local = e.findLocal(p.w, naming.Remote{ClusterName: workspace, Namespace: namespace, Name: name})
-		if local == nil {
-			// A workspace path: only the annotations of copies (with
-			// enableWorkspacePaths) know it.
-			for _, o := range p.w.store.List() {
-				u, ok := o.(*unstructured.Unstructured)
-				if !ok {
-					continue
-				}
-				if r, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations()); ok && r.WorkspacePath == workspace && r.Namespace == namespace && r.Name == name {
-					local = u
-					break
-				}
-			}
-		}
+// listedWatch returns pr's local watch when it has a store.
+func (e *Engine) listedWatch(pr string) *localWatch {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w, ok := e.watches[pr]; ok && w.store != nil {
+		return w
 	}
-	if local != nil {
-		return e.describe(p.pub, local, nil), true
-	}
-	if h, ok := e.lastHandled(objectID{workspace, p.pub.Remote.Group, p.pub.Remote.Resource, namespace, name}); ok {
-		return e.describe(p.pub, nil, &h), true
-	}
-	e.admin.mu.Lock()
-	var found *handledIntent
-	for _, h := range e.admin.handled {
-		k := h.key
-		if h.workspacePath == workspace && k.GetResource().GetGroup() == p.pub.Remote.Group &&
-			k.GetResource().GetResource() == p.pub.Remote.Resource && k.GetNamespace() == namespace && k.GetName() == name {
-			found = &h
-			break
-		}
-	}
-	e.admin.mu.Unlock()
-	if found == nil {
-		return nil, false
-	}
-	return e.describe(p.pub, nil, found), true
+	return nil
 }
 
-// byLocal finds an object by its local copy.
-func (e *Engine) byLocal(group, resource, namespace, name string) (*ferryv1.EdgeAdminServiceGetObjectStateResponse, error) {
-	pubs := e.matchPublished(group, resource)
-	if len(pubs) == 0 {
-		return nil, fmt.Errorf("%w: no PublishedResource of this edge publishes %q", ErrObjectNotFound, resource)
+// CopyOf returns pr's local copy of the kcp object namespace/name in
+// workspace: its logical cluster, or the workspace path a copy with
+// enableWorkspacePaths records. Nil when there is none.
+func (e *Engine) CopyOf(pr, workspace, namespace, name string) *unstructured.Unstructured {
+	w := e.listedWatch(pr)
+	if w == nil {
+		return nil
 	}
-	key := name
-	if namespace != "" {
-		key = namespace + "/" + name
+	if local := e.findLocal(w, naming.Remote{ClusterName: workspace, Namespace: namespace, Name: name}); local != nil {
+		return local
 	}
-	for _, p := range pubs {
-		if p.w == nil || p.w.store == nil {
+	// A workspace path: only the annotations of copies (with
+	// enableWorkspacePaths) know it.
+	for _, o := range w.store.List() {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
 			continue
 		}
-		raw, ok, err := p.w.store.GetByKey(key)
-		if err != nil || !ok {
-			continue
-		}
-		if u, ok := raw.(*unstructured.Unstructured); ok {
-			return e.describe(p.pub, u, nil), nil
+		if r, ok := naming.RemoteFrom(u.GetLabels(), u.GetAnnotations()); ok && r.WorkspacePath == workspace && r.Namespace == namespace && r.Name == name {
+			return u
 		}
 	}
-	return nil, fmt.Errorf("%w: no local copy %s of this agent (the edge only knows copies labelled %s=%s)", ErrObjectNotFound, key, naming.LabelAgent, e.opts.Agent)
+	return nil
 }
 
-// describe builds the answer from the local copy (nil when there is none)
-// and the last intent handled (looked up when nil).
-func (e *Engine) describe(pub *Published, local *unstructured.Unstructured, h *handledIntent) *ferryv1.EdgeAdminServiceGetObjectStateResponse {
-	out := &ferryv1.EdgeAdminServiceGetObjectStateResponse{PublishedResource: pub.Name}
-	if local != nil {
-		remote, _ := naming.RemoteFrom(local.GetLabels(), local.GetAnnotations())
-		out.Key = remoteKey(pub, remote)
-		out.WorkspacePath = remote.WorkspacePath
-		out.LocalCopy = &ferryv1.LocalCopy{Namespace: local.GetNamespace(), Name: local.GetName()}
-		out.LocalUid = string(local.GetUID())
-		out.LocalResourceVersion = local.GetResourceVersion()
-		ann := local.GetAnnotations()
-		out.Applied = &ferryv1.AppliedState{
-			ContentHash: ann[naming.AnnotationContentHash], ResourceVersion: ann[naming.AnnotationResourceVersion], Source: "local copy",
-		}
-		if h == nil {
-			if got, ok := e.lastHandled(keyID(out.Key)); ok {
-				h = &got
-			}
-		}
+// LocalObject returns pr's local copy stored as key (namespace/name, or
+// name); nil when there is none.
+func (e *Engine) LocalObject(pr, key string) *unstructured.Unstructured {
+	w := e.listedWatch(pr)
+	if w == nil {
+		return nil
 	}
-	if h != nil {
-		if out.Key == nil {
-			out.Key = h.key
-			out.WorkspacePath = h.workspacePath
-		}
-		out.LastIntent = &ferryv1.HandledIntent{
-			Operation: "upsert", Version: h.version, ContentHash: h.hash, HandledAt: timestamppb.New(h.at),
-		}
-		if !h.upsert {
-			out.LastIntent.Operation = "delete"
-		}
-		if ae := h.err; ae != nil {
-			out.LastError = &ferryv1.ObjectError{Source: "intent", Error: ae, At: timestamppb.New(h.at)}
-		}
-		if a := out.GetApplied(); a != nil && h.upsert && h.err == nil {
-			a.Current = a.GetContentHash() == h.hash
-		}
+	raw, ok, err := w.store.GetByKey(key)
+	if err != nil || !ok {
+		return nil
 	}
-	out.Summary = edgeSummary(out)
-	return out
-}
-
-func edgeSummary(s *ferryv1.EdgeAdminServiceGetObjectStateResponse) string {
-	var parts []string
-	if lc := s.GetLocalCopy(); lc != nil {
-		parts = append(parts, "local copy "+nsName(lc.GetNamespace(), lc.GetName())+" applied from kcp resourceVersion "+s.GetApplied().GetResourceVersion())
-	} else {
-		parts = append(parts, "no local copy")
-	}
-	if e := s.GetLastError(); e != nil {
-		retry := "final until the object or its PublishedResource changes"
-		if e.GetError().GetRetryable() {
-			retry = "the broker retries with backoff"
-		}
-		parts = append(parts, fmt.Sprintf("the last intent failed: %s: %s (%s)",
-			protocol.ReasonName(e.GetError().GetReason()), e.GetError().GetMessage(), retry))
-	}
-	return strings.Join(parts, "; ")
+	u, _ := raw.(*unstructured.Unstructured)
+	return u
 }

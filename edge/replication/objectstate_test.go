@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/edge/objectlog"
 	"github.com/ferry-dev/ferry/pkg/naming"
 )
 
@@ -65,6 +66,8 @@ func TestRequestInventory(t *testing.T) {
 	}
 }
 
+// TestEdgeObjectState: the object view reads the engine's copies and the
+// log of the intents it handled.
 func TestEdgeObjectState(t *testing.T) {
 	key, remote := remoteThing()
 	remote.WorkspacePath = "root:team"
@@ -73,17 +76,18 @@ func TestEdgeObjectState(t *testing.T) {
 	ann[naming.AnnotationContentHash], ann[naming.AnnotationResourceVersion] = "h1", "5"
 	cp.SetAnnotations(ann)
 	e, _, _ := testEngine(t, true, cp)
+	log := objectlog.New(nil)
 	upsertOf := func(k *ferryv1.ObjectKey, hash string) *ferryv1.SyncIntent {
 		return &ferryv1.SyncIntent{Key: k, PublishedResource: "pr", Version: &ferryv1.ObjectVersion{Sequence: 3, ResourceVersion: "5"},
 			Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: hash}}}
 	}
-	e.recordHandled(upsertOf(key, "h1"), &ferryv1.IntentResult{Key: key, LocalNamespace: "local-ns", LocalName: "a-copy"})
+	log.IntentDone(upsertOf(key, "h1"), &ferryv1.IntentResult{Key: key, LocalNamespace: "local-ns", LocalName: "a-copy"})
 	bad := &ferryv1.ObjectKey{Cluster: "c1", Resource: key.GetResource(), Namespace: "team", Name: "bad", Uid: "u-bad"}
 	in := upsertOf(bad, "h2")
-	e.recordHandled(in, nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED, false, "denied: fieldV1 may not be forbidden here"))
+	log.IntentDone(in, nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_REJECTED, false, "denied: fieldV1 may not be forbidden here"))
 	gone := &ferryv1.ObjectKey{Cluster: "c1", Resource: key.GetResource(), Namespace: "team", Name: "gone", Uid: "u-gone"}
-	e.recordHandled(upsertOf(gone, "h3"), &ferryv1.IntentResult{Key: gone})
-	e.recordHandled(&ferryv1.SyncIntent{Key: gone, PublishedResource: "pr", Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}},
+	log.IntentDone(upsertOf(gone, "h3"), &ferryv1.IntentResult{Key: gone})
+	log.IntentDone(&ferryv1.SyncIntent{Key: gone, PublishedResource: "pr", Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}},
 		&ferryv1.IntentResult{Key: gone})
 
 	type want struct {
@@ -110,21 +114,21 @@ func TestEdgeObjectState(t *testing.T) {
 		{name: "a failing object has no copy and says why",
 			q:    &ferryv1.EdgeAdminServiceGetObjectStateRequest{Workspace: "c1", Resource: "things", Namespace: "team", Name: "bad"},
 			want: want{name: "bad", errMessage: "denied: fieldV1 may not be forbidden here", summary: "no local copy; the last intent failed: rejected"}},
-		{name: "a deleted object is forgotten", wantErr: ErrObjectNotFound,
+		{name: "a deleted object is forgotten", wantErr: objectlog.ErrObjectNotFound,
 			q: &ferryv1.EdgeAdminServiceGetObjectStateRequest{Workspace: "c1", Resource: "things", Namespace: "team", Name: "gone"}},
-		{name: "unknown object", wantErr: ErrObjectNotFound,
+		{name: "unknown object", wantErr: objectlog.ErrObjectNotFound,
 			q: &ferryv1.EdgeAdminServiceGetObjectStateRequest{Workspace: "c1", Resource: "things", Namespace: "team", Name: "nope"}},
-		{name: "unknown local copy", wantErr: ErrObjectNotFound,
+		{name: "unknown local copy", wantErr: objectlog.ErrObjectNotFound,
 			q: &ferryv1.EdgeAdminServiceGetObjectStateRequest{LocalNamespace: "local-ns", LocalName: "nope"}},
-		{name: "resource not published", wantErr: ErrObjectNotFound,
+		{name: "resource not published", wantErr: objectlog.ErrObjectNotFound,
 			q: &ferryv1.EdgeAdminServiceGetObjectStateRequest{Workspace: "c1", Resource: "widgets", Namespace: "team", Name: "a"}},
-		{name: "other group", wantErr: ErrObjectNotFound,
+		{name: "other group", wantErr: objectlog.ErrObjectNotFound,
 			q: &ferryv1.EdgeAdminServiceGetObjectStateRequest{Workspace: "c1", Group: "other", Resource: "things", Namespace: "team", Name: "a"}},
-		{name: "no selection", wantErr: ErrInvalidQuery, q: &ferryv1.EdgeAdminServiceGetObjectStateRequest{Workspace: "c1"}},
+		{name: "no selection", wantErr: objectlog.ErrInvalidQuery, q: &ferryv1.EdgeAdminServiceGetObjectStateRequest{Workspace: "c1"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := e.ObjectState(tc.q)
+			got, err := log.ObjectState(e, tc.q)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error %v, want %v", err, tc.wantErr)
 			}
@@ -148,7 +152,7 @@ func TestEdgeObjectState(t *testing.T) {
 			}
 		})
 	}
-	if got, _ := e.ObjectState(&ferryv1.EdgeAdminServiceGetObjectStateRequest{LocalNamespace: "local-ns", LocalName: "a-copy"}); got.GetApplied().GetResourceVersion() != "5" ||
+	if got, _ := log.ObjectState(e, &ferryv1.EdgeAdminServiceGetObjectStateRequest{LocalNamespace: "local-ns", LocalName: "a-copy"}); got.GetApplied().GetResourceVersion() != "5" ||
 		got.GetWorkspacePath() != "root:team" || got.GetKey().GetUid() != "u-a" {
 		t.Errorf("copy details: %v", got)
 	}
@@ -157,7 +161,7 @@ func TestEdgeObjectState(t *testing.T) {
 	if len(res) != 1 || !res[0].GetListed() || res[0].GetObjects() != 1 || res[0].GetRemote().GetGroup() != "kcp.example" || res[0].GetLocal().GetGroup() != "svc.example" {
 		t.Errorf("resources %v", res)
 	}
-	if c := e.Counts(); c.IntentsApplied != 3 || c.IntentsFailed != 1 {
-		t.Errorf("counts %+v", c)
+	if applied, failed := log.Counts(); applied != 3 || failed != 1 {
+		t.Errorf("counts: %d applied, %d failed", applied, failed)
 	}
 }

@@ -148,7 +148,7 @@ func (e *Engine) ReportResult(r *ferryv1.ReportResult) {
 	}
 	entry, ok := e.reports.AckSeq(r.GetReportId())
 	if ok {
-		e.opts.Metrics.ReportAnswered(r, entry.Queued())
+		e.observer().ReportAnswered(r, entry.Queued())
 	}
 	if ok && r.GetError() != nil {
 		e.opts.Log.Info("broker could not apply a report (final)", "report", entry.Key.String(), "message", r.GetError().GetMessage())
@@ -186,7 +186,7 @@ func (e *Engine) TooLarge(m *ferryv1.ConnectRequest, size, limit int) {
 
 // report queues a report as the latest for its key.
 func (e *Engine) report(key reportKey, m *ferryv1.ConnectRequest) {
-	e.opts.Metrics.ReportQueued(m)
+	e.observer().ReportQueued(m)
 	e.reports.Put(key, m)
 }
 

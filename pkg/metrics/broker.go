@@ -177,19 +177,20 @@ func (e *Export) Attached() {
 }
 
 // IntentSent counts an intent sent to the edge.
-func (e *Export) IntentSent(operation string) {
+func (e *Export) IntentSent(in *ferryv1.SyncIntent) {
 	if e == nil {
 		return
 	}
-	e.intentsSent.WithLabelValues(operation).Inc()
+	e.intentsSent.WithLabelValues(OperationLabel(in)).Inc()
 }
 
-// IntentAnswered counts the edge's answer to an intent queued at queued;
-// an applied one also records the sync latency.
-func (e *Export) IntentAnswered(applyErr *ferryv1.ApplyError, queued time.Time) {
+// IntentAnswered counts the edge's answer res to an intent queued at
+// queued; an applied one also records the sync latency.
+func (e *Export) IntentAnswered(_ *ferryv1.SyncIntent, res *ferryv1.IntentResult, queued time.Time) {
 	if e == nil {
 		return
 	}
+	applyErr := res.GetError()
 	if applyErr == nil {
 		e.intentsAcked.Inc()
 		e.common.ObserveSyncLatency(ToServiceCluster, queued)
@@ -206,13 +207,20 @@ func (e *Export) ReportReceived(kind string) {
 	e.reportsReceived.WithLabelValues(kind).Inc()
 }
 
-// ReportDone counts a report answered: written (or found written) when ok,
-// refused for good otherwise.
-func (e *Export) ReportDone(kind string, ok bool) {
+// IntentTooLarge is not counted: the intent was never sent, and the
+// object's Event and admin record show it.
+func (*Export) IntentTooLarge(*ferryv1.SyncIntent, *ferryv1.ApplyError) {}
+
+// InventoryReceived is not counted: Resynced counts the comparisons.
+func (*Export) InventoryReceived(*ferryv1.Inventory) {}
+
+// ReportAnswered counts a report of kind answered with res: written (or
+// found written) without an error, refused for good otherwise.
+func (e *Export) ReportAnswered(kind string, _ *ferryv1.ObjectKey, res *ferryv1.ReportResult) {
 	if e == nil {
 		return
 	}
-	if ok {
+	if res.GetError() == nil {
 		e.reportsWritten.WithLabelValues(kind).Inc()
 		return
 	}

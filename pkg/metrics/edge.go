@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 )
 
 // Edge holds ferry-edge's metrics. One per process: the leader-scoped
@@ -178,13 +179,13 @@ func (e *Edge) ReportAnswered(r *ferryv1.ReportResult, queued time.Time) {
 func ReportKind(m *ferryv1.ConnectRequest) string {
 	switch m.GetMessage().(type) {
 	case *ferryv1.ConnectRequest_StatusReport:
-		return "status"
+		return protocol.ReportKindStatus
 	case *ferryv1.ConnectRequest_RelatedObjectReport:
-		return "related"
+		return protocol.ReportKindRelated
 	case *ferryv1.ConnectRequest_DeletionConfirmation:
-		return "deletion"
+		return protocol.ReportKindDeletion
 	case *ferryv1.ConnectRequest_ResendRequest:
-		return "resend"
+		return protocol.ReportKindResend
 	}
 	return "other"
 }

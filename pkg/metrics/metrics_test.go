@@ -27,10 +27,10 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	var x *Export
 	// None of these may panic.
 	b.HandshakeRefused("x")
-	b.Export("e").IntentSent("upsert")
-	x.IntentAnswered(nil, time.Now())
+	b.Export("e").IntentSent(&ferryv1.SyncIntent{})
+	x.IntentAnswered(nil, nil, time.Now())
 	x.ReportReceived("status")
-	x.ReportDone("status", true)
+	x.ReportAnswered("status", nil, &ferryv1.ReportResult{})
 	x.Resynced(time.Now(), 1)
 	x.ResyncObject(true)
 	x.Attached()
@@ -60,12 +60,12 @@ func TestBrokerCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := b.Export("root:a/a.example.com")
-	x.IntentSent(OperationLabel(&ferryv1.SyncIntent{Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{}}}))
-	x.IntentSent(OperationLabel(&ferryv1.SyncIntent{RelatedTo: &ferryv1.RelatedTo{}}))
-	x.IntentAnswered(nil, time.Now().Add(-2*time.Second))
-	x.IntentAnswered(&ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN}, time.Now())
+	x.IntentSent(&ferryv1.SyncIntent{Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{}}})
+	x.IntentSent(&ferryv1.SyncIntent{RelatedTo: &ferryv1.RelatedTo{}})
+	x.IntentAnswered(nil, &ferryv1.IntentResult{}, time.Now().Add(-2*time.Second))
+	x.IntentAnswered(nil, &ferryv1.IntentResult{Error: &ferryv1.ApplyError{Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN}}, time.Now())
 	x.ReportReceived("status")
-	x.ReportDone("status", false)
+	x.ReportAnswered("status", nil, &ferryv1.ReportResult{Error: &ferryv1.ApplyError{}})
 	b.HandshakeRefused("identity_not_configured")
 
 	for _, tc := range []struct {

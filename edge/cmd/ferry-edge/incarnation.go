@@ -39,6 +39,7 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
+	"github.com/ferry-dev/ferry/edge/objectlog"
 	"github.com/ferry-dev/ferry/edge/publish"
 	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/edge/session"
@@ -205,8 +206,9 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	}
 	wake, pending := link.NewWake()
 	store := publish.NewStore(opts.BrokerAddress, wake)
+	objects := objectlog.New(nil)
 	engine := replication.NewEngine(replication.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica"),
-		RelatedClusterWide: opts.RelatedCacheClusterWide, Metrics: p.metrics})
+		RelatedClusterWide: opts.RelatedCacheClusterWide, Observer: replication.Observers(p.metrics, objects)})
 	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("cannot set up the PublishedResource controller: %w", err)
 	}
@@ -227,7 +229,7 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	p.current.Store(state)
 	// A stopped incarnation leads no more (the next one stores its own).
 	defer state.leading.Store(false)
-	p.admin.SetSource(&edgeadmin.Source{Link: handler, Engine: engine, Leading: state.leading.Load})
+	p.admin.SetSource(&edgeadmin.Source{Link: handler, Engine: engine, Objects: objects, Leading: state.leading.Load})
 	p.metrics.SetSource(engine.MetricsState)
 
 	// The broker link and the sync engine run only on the elected leader,
