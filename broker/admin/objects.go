@@ -93,7 +93,7 @@ func (o *Objects) IntentAnswered(in *ferryv1.SyncIntent, res *ferryv1.IntentResu
 	defer o.mu.Unlock()
 	now := o.now()
 	rec := o.recordLocked(in.GetKey())
-	rec.operation, rec.contentHash = operationName(in), in.GetUpsert().GetContentHash()
+	rec.operation, rec.contentHash = protocol.OperationName(in), in.GetUpsert().GetContentHash()
 	rec.version, rec.answeredAt = res.GetVersion(), now
 	if ae := res.GetError(); ae != nil {
 		rec.lastErr = &ferryv1.ObjectError{Source: errorSourceIntent, Error: ae, At: timestamppb.New(now)}
@@ -198,16 +198,4 @@ func (o *Objects) Len() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.byID)
-}
-
-// operationName names an intent's operation as the admin API shows it.
-func operationName(in *ferryv1.SyncIntent) string {
-	switch {
-	case in.GetDelete() != nil:
-		return "delete"
-	case in.GetRelatedTo() != nil:
-		return "related"
-	default:
-		return "upsert"
-	}
 }

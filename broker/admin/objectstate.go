@@ -82,7 +82,7 @@ func intentState(src Source, v replication.ObjectView, rec objectRecord) *ferryv
 		st.Phase, entry = ferryv1.IntentPhase_INTENT_PHASE_IN_FLIGHT, inFlight
 	}
 	if entry != nil {
-		st.Operation, st.ContentHash = operationName(entry.Intent), entry.Intent.GetUpsert().GetContentHash()
+		st.Operation, st.ContentHash = protocol.OperationName(entry.Intent), entry.Intent.GetUpsert().GetContentHash()
 		st.Version = &ferryv1.ObjectVersion{
 			BrokerEpoch: src.Epoch(), Sequence: entry.Seq,
 			ResourceVersion: entry.Intent.GetVersion().GetResourceVersion(), Generation: entry.Intent.GetVersion().GetGeneration(),

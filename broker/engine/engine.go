@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
+	"github.com/ferry-dev/ferry/pkg/protocol"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
@@ -255,7 +256,7 @@ func (e *Engine) NextIntent() (*ferryv1.ConnectResponse, bool) {
 	}
 	e.observer.IntentSent(in)
 	if log := e.opts.Log.V(4); log.Enabled() {
-		log.Info("sending intent", logging.KeyObject, replication.KeyString(in.GetKey()), "operation", operationName(in),
+		log.Info("sending intent", logging.KeyObject, replication.KeyString(in.GetKey()), "operation", protocol.OperationName(in),
 			"sequence", in.GetVersion().GetSequence(), "resourceVersion", in.GetVersion().GetResourceVersion())
 	}
 	return &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Intent{Intent: in}}, true

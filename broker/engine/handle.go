@@ -163,15 +163,3 @@ func ExportStatus(ref config.APIExportRef, logicalCluster, vwURL string) *ferryv
 func tooLargeMessage(size, limit int) string {
 	return fmt.Sprintf("the message is %d bytes, more than the peer accepts (%d); raise --max-message-bytes or make the object smaller", size, limit)
 }
-
-// operationName names an intent's operation in logs.
-func operationName(in *ferryv1.SyncIntent) string {
-	switch {
-	case in.GetDelete() != nil:
-		return "delete"
-	case in.GetRelatedTo() != nil:
-		return "related"
-	default:
-		return "upsert"
-	}
-}

@@ -27,3 +27,16 @@ func SplitResource(group, resource string) (string, string) {
 	}
 	return group, resource
 }
+
+// OperationName names an intent's operation as logs and the admin API show
+// it: delete, related (an upsert of a related object) or upsert.
+func OperationName(in *ferryv1.SyncIntent) string {
+	switch {
+	case in.GetDelete() != nil:
+		return "delete"
+	case in.GetRelatedTo() != nil:
+		return "related"
+	default:
+		return "upsert"
+	}
+}
