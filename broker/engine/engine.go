@@ -137,6 +137,14 @@ func newEngine(o Options, reports reportWriter) *Engine {
 // intents go to the outbox, finalizers to their own queue).
 const objectWorkers = 4
 
+// finalizerWorkers add ferry's finalizer to new kcp objects, each a request
+// kcp's virtual workspace forwards as a GET and a PUT. They run beside the
+// intents (nothing waits for them), but until an object's finalizer lands
+// a deletion in kcp does not wait for the edge: with 4 workers, in a
+// 50 x 100 bench on a loaded machine, about 30 % of the finalizer writes
+// landed only after the status phase, minutes after the objects' creation.
+const finalizerWorkers = 16
+
 // reportWorkers write the edge's reports into kcp: statuses and, on
 // delete, the finalizer releases that end a deletion. Each is one request
 // that kcp's virtual workspace forwards as a GET and a PUT, so a worker
@@ -149,7 +157,7 @@ const reportWorkers = 16
 // have stopped.
 func (e *Engine) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { e.mgr.Run(ctx, objectWorkers) })
+	wg.Go(func() { e.mgr.Run(ctx, objectWorkers, finalizerWorkers) })
 	wg.Go(func() { e.reports.run(ctx, reportWorkers) })
 	wg.Go(func() { e.publisher.run(ctx) })
 	wg.Go(func() { e.opts.Watcher.WatchVirtualWorkspace(ctx, e.opts.Export, e.virtualWorkspaceChanged) })

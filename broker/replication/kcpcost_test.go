@@ -242,7 +242,7 @@ func TestDeleteIntentsDoNotWaitForFinalizerWrites(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go m.Run(ctx, 1)
+	go m.Run(ctx, 1, 1)
 	// Let the new objects' finalizer writes start (and hang).
 	select {
 	case <-started:

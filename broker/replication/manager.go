@@ -210,12 +210,12 @@ func NewManager(o Options) *Manager {
 }
 
 // Run processes objects with workers goroutines, and writes finalizers
-// with as many others, until ctx ends; watches stop with it.
-func (m *Manager) Run(ctx context.Context, workers int) {
+// with finalizerWorkers others, until ctx ends; watches stop with it.
+func (m *Manager) Run(ctx context.Context, workers, finalizerWorkers int) {
 	m.start(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		watching.RunWorkers(ctx, m.finalizers, workers, func() bool { return m.processNextFinalizer(ctx) })
+		watching.RunWorkers(ctx, m.finalizers, finalizerWorkers, func() bool { return m.processNextFinalizer(ctx) })
 	})
 	watching.RunWorkers(ctx, m.queue, workers, func() bool { return m.processNext(ctx) })
 	wg.Wait()
