@@ -21,15 +21,22 @@ CONTROLLER_GEN_VERSION := v0.23.0
 # Keep in step with test/tools/helm/go.mod.
 HELM_VERSION           := v3.22.0
 
-KCP            := $(TOOLS_BIN)/kcp-$(KCP_VERSION)
-KUBE_APISERVER := $(TOOLS_BIN)/kube-apiserver-$(KUBE_APISERVER_VERSION)
-ETCD           := $(TOOLS_BIN)/etcd-$(ETCD_VERSION)
+# The servers and helm are built from the modules under test/tools. Their
+# cached binaries are named by version and by a hash of the files they are
+# built from, not checked against those files' modification times: a fresh
+# clone (every CI run) has newer files and would rebuild them all, while a
+# changed go.mod, go.sum or main.go yields a new name and a new build.
+content_sum = $(shell cat $(1) | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-12)
+
+KCP            := $(TOOLS_BIN)/kcp-$(KCP_VERSION)-$(call content_sum,test/tools/kcp/go.mod test/tools/kcp/go.sum)
+KUBE_APISERVER := $(TOOLS_BIN)/kube-apiserver-$(KUBE_APISERVER_VERSION)-$(call content_sum,test/tools/kube-apiserver/go.mod test/tools/kube-apiserver/go.sum)
+ETCD           := $(TOOLS_BIN)/etcd-$(ETCD_VERSION)-$(call content_sum,test/tools/etcd/go.mod test/tools/etcd/go.sum test/tools/etcd/main.go)
 BUF            := $(TOOLS_BIN)/buf-$(BUF_VERSION)/buf
 PROTOC_GEN_GO  := $(TOOLS_BIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(TOOLS_BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
 GRPCURL        := $(TOOLS_BIN)/grpcurl-$(GRPCURL_VERSION)/grpcurl
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
-HELM           := $(TOOLS_BIN)/helm-$(HELM_VERSION)
+HELM           := $(TOOLS_BIN)/helm-$(HELM_VERSION)-$(call content_sum,test/tools/helm/go.mod test/tools/helm/go.sum)
 
 SERVER_TOOLS := $(KCP) $(KUBE_APISERVER) $(ETCD)
 GEN_TOOLS    := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(CONTROLLER_GEN)
@@ -163,7 +170,7 @@ demo: tools build ## Run kcp, a service cluster, broker and edge on loopback (Ct
 .PHONY: tools
 tools: $(SERVER_TOOLS) $(GEN_TOOLS) $(GRPCURL) $(HELM) ## Build the real servers, code generators, grpcurl and helm (cached).
 
-$(KCP): test/tools/kcp/go.mod test/tools/kcp/go.sum
+$(KCP):
 	@mkdir -p $(dir $@)
 	cd test/tools/kcp && go build -o $@.tmp \
 	  -ldflags "-X k8s.io/component-base/version.gitVersion=v1.32.3+kcp-$(KCP_VERSION) \
@@ -173,7 +180,7 @@ $(KCP): test/tools/kcp/go.mod test/tools/kcp/go.sum
 	  github.com/kcp-dev/kcp/cmd/kcp
 	mv $@.tmp $@
 
-$(KUBE_APISERVER): test/tools/kube-apiserver/go.mod test/tools/kube-apiserver/go.sum
+$(KUBE_APISERVER):
 	@mkdir -p $(dir $@)
 	cd test/tools/kube-apiserver && go build -o $@.tmp \
 	  -ldflags "-X k8s.io/component-base/version.gitVersion=$(KUBE_APISERVER_VERSION) \
@@ -183,14 +190,14 @@ $(KUBE_APISERVER): test/tools/kube-apiserver/go.mod test/tools/kube-apiserver/go
 	  k8s.io/kubernetes/cmd/kube-apiserver
 	mv $@.tmp $@
 
-$(ETCD): test/tools/etcd/go.mod test/tools/etcd/go.sum test/tools/etcd/main.go
+$(ETCD):
 	@mkdir -p $(dir $@)
 	cd test/tools/etcd && go build -o $@.tmp .
 	mv $@.tmp $@
 
 # Helm for the chart tests; the version and the Kubernetes version it assumes
 # by default (from its client-go, as Helm's own build sets them).
-$(HELM): test/tools/helm/go.mod test/tools/helm/go.sum
+$(HELM):
 	@mkdir -p $(dir $@)
 	cd test/tools/helm && go build -o $@.tmp \
 	  -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
