@@ -177,15 +177,12 @@ func (m *Manager) mayHold(id objectID) bool {
 }
 
 // asksDelete tells whether the broker asks the edge to delete the copy of
-// obj (identity id): it is being deleted in kcp or has left the filters,
-// and it carries the finalizer or the edge may hold its copy (sent before
-// the finalizer landed; the ledger proves it was this very object). This
-// is also the only state in which a deletion confirmation is accepted.
+// obj (identity id, of resource res): the decision steps' test
+// (objectState.asksDelete), for the edge's deletion confirmations.
 func (m *Manager) asksDelete(res Resource, obj *unstructured.Unstructured, id objectID) bool {
-	if obj.GetDeletionTimestamp() == nil && m.scopeOf(res, obj) != outOfScope {
-		return false
-	}
-	return slices.Contains(obj.GetFinalizers(), m.finalizer) || m.mayHold(id)
+	s := objectState{res: res}
+	m.setObject(&s, obj)
+	return s.asksDelete(func() bool { return m.mayHold(id) })
 }
 
 // Release finishes a deletion the edge confirmed: the primary's

@@ -86,11 +86,16 @@ func (m *Manager) objectState(it item) (objectState, bool, error) {
 	s := objectState{it: it, res: w.res, listed: w.synced.Load(), open: m.open[it.pr], withdrawn: m.withdrawn[it.pr]}
 	m.mu.Unlock()
 	if exists {
-		s.obj = raw.(*unstructured.Unstructured)
-		s.hasFinalizer = slices.Contains(s.obj.GetFinalizers(), m.finalizer)
-		s.scope = m.scopeOf(w.res, s.obj)
+		m.setObject(&s, raw.(*unstructured.Unstructured))
 	}
 	return s, true, nil
+}
+
+// setObject sets s's object (of s.res) and what the broker derives from it.
+func (m *Manager) setObject(s *objectState, obj *unstructured.Unstructured) {
+	s.obj = obj
+	s.hasFinalizer = slices.Contains(obj.GetFinalizers(), m.finalizer)
+	s.scope = m.scopeOf(s.res, obj)
 }
 
 // effects are the steps' effects on the manager: its ledger under m.mu,

@@ -49,6 +49,15 @@ func (s *objectState) deleting() bool { return s.obj.GetDeletionTimestamp() != n
 // has left the filters (a namespace not known yet is neither).
 func (s *objectState) leaving() bool { return s.deleting() || s.scope == outOfScope }
 
+// asksDelete tells whether the broker asks the edge to delete obj's copy:
+// obj is leaving, and it carries the finalizer or the edge may hold its
+// copy (mayHold: the ledger proves one was sent for this very object, before
+// the finalizer landed). It is also the only state in which a deletion
+// confirmation is accepted (Release).
+func (s *objectState) asksDelete(mayHold func() bool) bool {
+	return s.leaving() && (s.hasFinalizer || mayHold())
+}
+
 // wantsFinalizer tells whether obj is to carry the broker's finalizer: it
 // is in the filters and not being deleted.
 func (s *objectState) wantsFinalizer() bool { return !s.deleting() && s.scope == inScope }
@@ -182,15 +191,13 @@ func stepHeldUntilInventory(_ context.Context, d *decision, _ *stepEffects) (boo
 // kcp or out of the filters (also while the PublishedResource is
 // withdrawn), when it carries the finalizer or the ledger proves the edge
 // may hold its copy: the edge deletes it, confirms, and the finalizer is
-// released (Release). Manager.asksDelete is the same test for the edge's
-// confirmations.
+// released (Release, which accepts a confirmation by the same test).
 func stepDeleteAsked(_ context.Context, d *decision, fx *stepEffects) (bool, error) {
-	if !d.leaving() {
-		return false, nil
+	mayHold := func() (held bool) {
+		fx.withLedger(func(l *ledger) { held = l.mayHold(d.id) })
+		return held
 	}
-	var mayHold bool
-	fx.withLedger(func(l *ledger) { mayHold = l.mayHold(d.id) })
-	if !d.hasFinalizer && !mayHold {
+	if !d.asksDelete(mayHold) {
 		return false, nil
 	}
 	deleteOlderCopies(fx, d.id)
