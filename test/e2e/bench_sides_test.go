@@ -281,7 +281,7 @@ func (s *benchSide) waitResynced(tb testing.TB, e *syncEnv, inventories int) {
 // logCount counts the lines of p's log that contain substr.
 func logCount(tb testing.TB, p *framework.Process, substr string) int {
 	tb.Helper()
-	data, err := os.ReadFile(p.LogFile)
+	data, err := p.Log()
 	if err != nil {
 		tb.Fatal(err)
 	}

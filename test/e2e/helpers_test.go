@@ -96,9 +96,37 @@ func stopChecked(t testing.TB, p *framework.Process) {
 		// means the handler is missing.
 		t.Errorf("%s did not exit 0 after SIGTERM: %v (log %s)", p.Name, err, p.LogFile)
 	}
-	if log, err := os.ReadFile(p.LogFile); err == nil && strings.Contains(string(log), "WARNING: DATA RACE") {
+	if log, err := p.Log(); err == nil && strings.Contains(string(log), "WARNING: DATA RACE") {
 		t.Errorf("%s reported a data race (log %s)", p.Name, p.LogFile)
 	}
+	if t.Failed() {
+		// CI keeps the test output, not always the artifacts: the end of
+		// the log says what the process was doing when the test failed.
+		t.Logf("last lines of %s (pid %d):\n%s", p.Name, p.Pid(), logTail(p, 15, 300))
+	}
+}
+
+// logTail returns the last n lines of p's log that are not debug lines, each
+// cut to width characters.
+func logTail(p *framework.Process, n, width int) string {
+	data, err := p.Log()
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		if strings.Contains(line, `"level":"debug"`) {
+			continue
+		}
+		if len(line) > width {
+			line = line[:width] + "…"
+		}
+		lines = append(lines, "    "+line)
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // waitLog waits until p's log contains all of substrs on one line.
@@ -106,7 +134,7 @@ func waitLog(t testing.TB, p *framework.Process, timeout time.Duration, substrs 
 	t.Helper()
 	var found string
 	err := framework.Eventually(context.Background(), timeout, 100*time.Millisecond, func(context.Context) (bool, string) {
-		data, err := os.ReadFile(p.LogFile)
+		data, err := p.Log()
 		if err != nil {
 			return false, err.Error()
 		}
@@ -128,7 +156,7 @@ func waitLog(t testing.TB, p *framework.Process, timeout time.Duration, substrs 
 func waitLogCount(t testing.TB, p *framework.Process, timeout time.Duration, n int, substrs ...string) {
 	t.Helper()
 	err := framework.Eventually(context.Background(), timeout, 100*time.Millisecond, func(context.Context) (bool, string) {
-		data, err := os.ReadFile(p.LogFile)
+		data, err := p.Log()
 		if err != nil {
 			return false, err.Error()
 		}
@@ -165,7 +193,8 @@ func adminConn(t testing.TB, b *framework.Broker, pkiDir string) *grpc.ClientCon
 	return conn
 }
 
-// assertLogLacks fails when p's log contains substr.
+// assertLogLacks fails when p's log file contains substr (also in what an
+// earlier process of the same name wrote).
 func assertLogLacks(t testing.TB, p *framework.Process, substr string) {
 	t.Helper()
 	data, err := os.ReadFile(p.LogFile)

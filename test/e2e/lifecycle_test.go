@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -174,7 +173,7 @@ func deletePublished(t testing.TB, names ...string) {
 // countLogLines counts the lines of p's log that contain all of substrs.
 func countLogLines(t testing.TB, p *framework.Process, substrs ...string) int {
 	t.Helper()
-	data, err := os.ReadFile(p.LogFile)
+	data, err := p.Log()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,8 @@ func TestPublishProjectsCRDIntoAPIExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.edge = e.startEdge(t)
-	waitLog(t, e.edge, 30*time.Second, "connected to broker")
+	// The new process's own line (the log file is shared with the first).
+	waitLog(t, e.edge, time.Minute, "connected to broker")
 	// The re-sent Publish was handled by the engine that outlived the
 	// stream, from memory.
 	waitLogCount(t, e.broker.Process, 30*time.Second, 1, "publish unchanged", `"publishedResource":"widgets"`)

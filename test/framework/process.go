@@ -3,6 +3,7 @@ package framework
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,10 @@ type Process struct {
 	// AdminAddress is where an edge serves its local admin API
 	// (EdgeAdminService, plaintext gRPC); empty for other programs.
 	AdminAddress string
+
+	// logStart is where this process's part of LogFile begins (a restarted
+	// process appends to its predecessor's log).
+	logStart int64
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -51,6 +56,11 @@ func StartProcessIn(workDir, name, bin string, args []string, env []string, logD
 	if err != nil {
 		return nil, err
 	}
+	info, err := logFile.Stat()
+	if err != nil {
+		logFile.Close()
+		return nil, err
+	}
 	fmt.Fprintf(logFile, "=== %s: %s %q\n", time.Now().Format(time.RFC3339), bin, args)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = workDir
@@ -61,7 +71,7 @@ func StartProcessIn(workDir, name, bin string, args []string, env []string, logD
 		logFile.Close()
 		return nil, fmt.Errorf("cannot start %s (%s): %w", name, bin, err)
 	}
-	p := &Process{Name: name, LogFile: logPath, cmd: cmd, exited: make(chan struct{})}
+	p := &Process{Name: name, LogFile: logPath, logStart: info.Size(), cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		logFile.Close()
@@ -71,6 +81,20 @@ func StartProcessIn(workDir, name, bin string, args []string, env []string, logD
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// Log returns what this process wrote to LogFile: not what an earlier
+// process of the same name wrote there before it.
+func (p *Process) Log() ([]byte, error) {
+	f, err := os.Open(p.LogFile)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(p.logStart, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("cannot seek in %s: %w", p.LogFile, err)
+	}
+	return io.ReadAll(f)
 }
 
 // Pid is the process's ID.
