@@ -147,6 +147,11 @@ func waitLog(t testing.TB, p *framework.Process, timeout time.Duration, substrs 
 		return false, fmt.Sprintf("no line of %s contains all of %q", p.LogFile, substrs)
 	})
 	if err != nil {
+		select {
+		case <-p.Exited():
+			t.Fatalf("%v; %s had exited (%v)", err, p.Name, p.ExitErr())
+		default:
+		}
 		t.Fatal(err)
 	}
 	return found
