@@ -10,7 +10,12 @@ SHELL := /usr/bin/env bash -o pipefail
 FERRY_CACHE ?= $(HOME)/.cache/ferry
 TOOLS_BIN   := $(FERRY_CACHE)/bin
 
-KCP_VERSION            := v0.28.1
+# kcp: the tests run against the current release, built from its source tree
+# (KCP_SRC), and a compatibility subset against the oldest supported release,
+# built from Go modules.
+KCP_VERSION            := v0.32.3
+KCP_COMPAT_VERSION     := v0.28.1
+KCP_SRC                ?= $(abspath $(CURDIR)/../shared/vendor/kcp-$(KCP_VERSION).tar.gz)
 KUBE_APISERVER_VERSION := v1.36.3
 ETCD_VERSION           := v3.6.16
 BUF_VERSION            := v1.72.0
@@ -28,7 +33,11 @@ HELM_VERSION           := v3.22.0
 # changed go.mod, go.sum or main.go yields a new name and a new build.
 content_sum = $(shell cat $(1) | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-12)
 
-KCP            := $(TOOLS_BIN)/kcp-$(KCP_VERSION)-$(call content_sum,test/tools/kcp/go.mod test/tools/kcp/go.sum)
+# A source tree is keyed by its go.mod and go.sum, a tarball by its bytes.
+kcp_src_files  := $(if $(wildcard $(KCP_SRC)/go.mod),$(KCP_SRC)/go.mod $(KCP_SRC)/go.sum,$(wildcard $(KCP_SRC)))
+KCP_DIR        := $(TOOLS_BIN)/kcp-$(KCP_VERSION)-$(call content_sum,test/tools/kcp-source/build.sh $(kcp_src_files))
+KCP            := $(KCP_DIR)/kcp
+KCP_COMPAT     := $(TOOLS_BIN)/kcp-$(KCP_COMPAT_VERSION)-$(call content_sum,test/tools/kcp/go.mod test/tools/kcp/go.sum)
 KUBE_APISERVER := $(TOOLS_BIN)/kube-apiserver-$(KUBE_APISERVER_VERSION)-$(call content_sum,test/tools/kube-apiserver/go.mod test/tools/kube-apiserver/go.sum)
 ETCD           := $(TOOLS_BIN)/etcd-$(ETCD_VERSION)-$(call content_sum,test/tools/etcd/go.mod test/tools/etcd/go.sum test/tools/etcd/main.go)
 BUF            := $(TOOLS_BIN)/buf-$(BUF_VERSION)/buf
@@ -38,11 +47,13 @@ GRPCURL        := $(TOOLS_BIN)/grpcurl-$(GRPCURL_VERSION)/grpcurl
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 HELM           := $(TOOLS_BIN)/helm-$(HELM_VERSION)-$(call content_sum,test/tools/helm/go.mod test/tools/helm/go.sum)
 
-SERVER_TOOLS := $(KCP) $(KUBE_APISERVER) $(ETCD)
+SERVER_TOOLS := $(KCP) $(KCP_COMPAT) $(KUBE_APISERVER) $(ETCD)
 GEN_TOOLS    := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(CONTROLLER_GEN)
 
 # The test harness and the demo find the servers and binaries through these.
 export FERRY_KCP_BIN            := $(KCP)
+# kcp's front-proxy, cache-server and sharded-test-server (for the sharded kcp).
+export FERRY_KCP_BIN_DIR        := $(KCP_DIR)
 export FERRY_KUBE_APISERVER_BIN := $(KUBE_APISERVER)
 export FERRY_ETCD_BIN           := $(ETCD)
 export FERRY_GRPCURL_BIN        := $(GRPCURL)
@@ -125,8 +136,20 @@ test-unit: ## Unit tests (no servers).
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
 
 .PHONY: test-e2e
-test-e2e: tools build-race ## End-to-end tests against real kcp, kube-apiserver and etcd.
+test-e2e: test-e2e-current test-e2e-compat ## End-to-end tests against real kcp (both versions), kube-apiserver and etcd.
+
+.PHONY: test-e2e-current
+test-e2e-current: tools build-race ## The whole e2e suite against kcp $(KCP_VERSION).
 	FERRY_ARTIFACTS=$(CURDIR)/_artifacts go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+
+# The compatibility subset: publish, create / update / status / delete,
+# related objects both ways, edge and broker restarts.
+E2E_COMPAT_TESTS ?= ^(TestPublishProjectsCRDIntoAPIExport|TestPublishedKindIsServedInConsumerWorkspace|TestSyncCreateUpdateStatusDelete|TestRelatedSecretFromServiceCluster|TestRelatedObjectsFromKCP|TestSyncConvergesAcrossEdgeAndBrokerRestarts)$$
+
+.PHONY: test-e2e-compat
+test-e2e-compat: $(KCP_COMPAT) $(KUBE_APISERVER) $(ETCD) $(GRPCURL) $(HELM) build-race ## The compatibility subset against kcp $(KCP_COMPAT_VERSION), the oldest supported.
+	FERRY_KCP_BIN=$(KCP_COMPAT) FERRY_ARTIFACTS=$(CURDIR)/_artifacts go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v \
+	  -run '$(E2E_COMPAT_TESTS)' ./test/e2e/...
 
 .PHONY: test-image
 test-image: image ## Read the image archives back: static binary, user 65532, entrypoint.
@@ -170,12 +193,18 @@ demo: tools build ## Run kcp, a service cluster, broker and edge on loopback (Ct
 .PHONY: tools
 tools: $(SERVER_TOOLS) $(GEN_TOOLS) $(GRPCURL) $(HELM) ## Build the real servers, code generators, grpcurl and helm (cached).
 
+# kcp v0.29 and later build only from a whole source tree (see the script);
+# it says what to provide when KCP_SRC is missing.
 $(KCP):
+	@mkdir -p $(TOOLS_BIN)
+	test/tools/kcp-source/build.sh "$(KCP_SRC)" $(KCP_VERSION) $(KCP_DIR)
+
+$(KCP_COMPAT):
 	@mkdir -p $(dir $@)
 	cd test/tools/kcp && go build -o $@.tmp \
-	  -ldflags "-X k8s.io/component-base/version.gitVersion=v1.32.3+kcp-$(KCP_VERSION) \
+	  -ldflags "-X k8s.io/component-base/version.gitVersion=v1.32.3+kcp-$(KCP_COMPAT_VERSION) \
 	            -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=32 \
-	            -X k8s.io/client-go/pkg/version.gitVersion=v1.32.3+kcp-$(KCP_VERSION) \
+	            -X k8s.io/client-go/pkg/version.gitVersion=v1.32.3+kcp-$(KCP_COMPAT_VERSION) \
 	            -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=32" \
 	  github.com/kcp-dev/kcp/cmd/kcp
 	mv $@.tmp $@
