@@ -67,6 +67,8 @@ GENERATED_SUM := find $(GENERATED) -type f -exec sha256sum {} + | sort | sha256s
 
 GO_TEST_FLAGS ?= -race -count=1
 E2E_TIMEOUT   ?= 30m
+# A -run regexp for test-e2e-current (all tests when empty).
+E2E_RUN       ?=
 
 ##@ General
 
@@ -140,7 +142,7 @@ test-e2e: test-e2e-current test-e2e-compat ## End-to-end tests against real kcp 
 
 .PHONY: test-e2e-current
 test-e2e-current: tools build-race ## The whole e2e suite against kcp $(KCP_VERSION).
-	FERRY_ARTIFACTS=$(CURDIR)/_artifacts go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+	FERRY_ARTIFACTS=$(CURDIR)/_artifacts go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/e2e/...
 
 # The compatibility subset: publish, create / update / status / delete,
 # related objects both ways, edge and broker restarts.
