@@ -278,10 +278,12 @@ func (s *benchSide) waitResynced(tb testing.TB, e *syncEnv, inventories int) {
 	}
 }
 
-// logCount counts the lines of p's log that contain substr.
+// logCount counts the lines of p's log file that contain substr, also those
+// an earlier process of the same name wrote (a restart compares counts from
+// before and after it).
 func logCount(tb testing.TB, p *framework.Process, substr string) int {
 	tb.Helper()
-	data, err := p.Log()
+	data, err := os.ReadFile(p.LogFile)
 	if err != nil {
 		tb.Fatal(err)
 	}
