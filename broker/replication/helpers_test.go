@@ -143,7 +143,7 @@ func startEnv(t *testing.T, k *fakeKCP, res Resource, opts ...func(*Options)) *e
 	}
 	m := NewManager(o)
 	m.Ensure(res)
-	m.SetVirtualWorkspace(testVirtualWorkspace)
+	m.SetVirtualWorkspace([]string{testVirtualWorkspace})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	m.start(ctx)
