@@ -319,9 +319,13 @@ func (e *Engine) Status() *ferryv1.EngineStatus {
 // MetricsState describes the engine for the metrics collector.
 func (e *Engine) MetricsState() *metrics.EngineState {
 	st := e.intents.Stats()
+	endpoints := map[string]bool{}
+	for _, ep := range e.Endpoints() {
+		endpoints[ep.URL] = ep.Reachable
+	}
 	return &metrics.EngineState{
 		Pending: st.Pending, InFlight: st.InFlight, OldestInFlight: st.OldestInFlight,
-		Objects: e.mgr.ObjectsByResource(), Refused: e.mgr.Refused(),
+		Objects: e.mgr.ObjectsByResource(), Refused: e.mgr.Refused(), Endpoints: endpoints,
 	}
 }
 
