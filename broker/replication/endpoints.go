@@ -139,9 +139,10 @@ func (s *endpointSet) home(cluster string) (string, bool) {
 }
 
 // client returns a client for cluster at the endpoint serving it: its
-// home when that is a current endpoint, else the only endpoint there is.
-// With several endpoints and no home among them it does not guess (a
+// home when that is a current endpoint; for a workspace no watch has seen,
+// the only endpoint when there is one. It does not guess otherwise (a
 // write to the wrong shard fails as not found, which reads as "gone"):
+// with several endpoints, or when the workspace's endpoint was removed,
 // ErrWorkspaceNotLocated.
 func (s *endpointSet) client(cluster string) (dynamic.Interface, error) {
 	s.mu.Lock()
@@ -149,12 +150,14 @@ func (s *endpointSet) client(cluster string) (dynamic.Interface, error) {
 	if len(s.urls) == 0 {
 		return nil, ErrVirtualWorkspaceNotServed
 	}
-	url, ok := s.homes[cluster]
-	if _, current := s.byURL[url]; !ok || !current {
-		if len(s.urls) > 1 || cluster == "*" {
-			return nil, fmt.Errorf("%w: workspace %s", ErrWorkspaceNotLocated, cluster)
-		}
+	url, seen := s.homes[cluster]
+	_, current := s.byURL[url]
+	switch {
+	case seen && current:
+	case !seen && len(s.urls) == 1 && cluster != "*":
 		url = s.urls[0]
+	default:
+		return nil, fmt.Errorf("%w: workspace %s", ErrWorkspaceNotLocated, cluster)
 	}
 	return s.clientAtLocked(url, cluster)
 }

@@ -238,6 +238,8 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	// Only this object's record (UID included): not a newer object's of
 	// the same name.
 	m.ledger.confirmed(idOf(pr, key))
+	// A waiting inventory (see Applied) no longer lists this copy.
+	delete(m.unlisted[pr], idOf(pr, key))
 	w, running := m.running[pr]
 	m.mu.Unlock()
 	m.opts.Outbox.Forget(key, nil)
