@@ -223,6 +223,16 @@ func (s *endpointSet) called(ctx context.Context, url string, id uint64, err err
 	})
 }
 
+// unusable records that no watch can run at url (err): it is unreachable
+// for as long as it is listed.
+func (s *endpointSet) unusable(url string, err error) {
+	id := s.ids.Add(1)
+	s.update(url, func(e *endpoint) {
+		e.failing[id] = err
+		e.lastErr = err
+	})
+}
+
 // forget drops what watch id reported: it stopped.
 func (s *endpointSet) forget(url string, id uint64) {
 	s.update(url, func(e *endpoint) { delete(e.failing, id) })

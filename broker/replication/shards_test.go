@@ -420,6 +420,8 @@ func TestEndpointReachability(t *testing.T) {
 			cancel()
 			s.called(cancelled, shardB, 1, context.Canceled)
 		}, wantReachable: true, wantTurns: 2},
+		{name: "no client can be built for B", call: func() { s.unusable(shardB, refused) }, wantReachable: false, wantTurns: 3},
+		{name: "an endpoint no longer listed tells nothing", call: func() { s.called(ctx, "https://drained.invalid/vw", 9, refused) }, wantReachable: false, wantTurns: 3},
 	}
 	for _, st := range steps {
 		st.call()

@@ -100,7 +100,10 @@ func (w *shardedWatch) follow(urls []string) {
 func (w *shardedWatch) startLocked(url string) {
 	dyn, err := w.deps.endpoints.clientAt(url, "*")
 	if err != nil {
+		// Never retried (a URL no client can be built for stays so): the
+		// endpoint shows as unreachable until kcp lists another.
 		w.deps.log.Error(err, "cannot watch at a virtual workspace endpoint", logging.KeyEndpoint, url, "resource", w.gvr.String())
+		w.deps.endpoints.unusable(url, err)
 		return
 	}
 	lw, id := w.deps.endpoints.observeCalls(url, countLists(w.deps.lists, watching.ListWatch(dyn.Resource(w.gvr), w.selector)))
