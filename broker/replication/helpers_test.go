@@ -90,16 +90,16 @@ func (k *fakeKCP) newClient(cfg *rest.Config) (dynamic.Interface, error) {
 	return k.FakeDynamicClient, nil
 }
 
-// failCalls makes every list and watch k serves fail with err (a shard
-// that cannot be reached) until the returned function is called. Watches
-// already open stay open.
-func (k *fakeKCP) failCalls(err error) (recover func()) {
+// failCalls makes every list and watch of resource ("*": all) k serves
+// fail with err (a shard that cannot be reached) until the returned
+// function is called. Watches already open stay open.
+func (k *fakeKCP) failCalls(resource string, err error) (recover func()) {
 	var failing atomic.Bool
 	failing.Store(true)
-	k.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+	k.PrependReactor("list", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
 		return failing.Load(), nil, err
 	})
-	k.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) {
+	k.PrependWatchReactor(resource, func(k8stesting.Action) (bool, watch.Interface, error) {
 		return failing.Load(), nil, err
 	})
 	return func() { failing.Store(false) }

@@ -145,8 +145,9 @@ func (m *Manager) relatedListed(gvr schema.GroupVersionResource) bool {
 	return rw != nil && rw.store.listed()
 }
 
-// relatedSynced requeues every reference once a related watch has listed
-// at every endpoint.
+// relatedSynced requeues every reference each time a related watch has
+// listed at an endpoint: those into that shard's workspaces can be
+// resolved now.
 func (m *Manager) relatedSynced() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -6,15 +6,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/kcp-dev/logicalcluster/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // A sharded kcp (issue 19, item 3): the APIExportEndpointSlice lists one
@@ -47,14 +51,21 @@ type shardedEnv struct {
 	shards  fakeShards
 }
 
-// startSharded starts a manager whose APIExportEndpointSlice lists urls,
-// served by shards; it does not wait for the watches.
+// startSharded starts a manager syncing thingsResource (with status)
+// whose APIExportEndpointSlice lists urls, served by shards; it does not
+// wait for the watches.
 func startSharded(t *testing.T, shards fakeShards, urls ...string) *shardedEnv {
+	t.Helper()
+	res := thingsResource()
+	res.HasStatus = true
+	return startShardedWith(t, res, shards, urls...)
+}
+
+// startShardedWith is startSharded syncing res.
+func startShardedWith(t *testing.T, res Resource, shards fakeShards, urls ...string) *shardedEnv {
 	t.Helper()
 	intents := NewIntents(1, 100, nil)
 	m := NewManager(Options{KCP: &rest.Config{Host: "https://kcp.invalid"}, EdgeName: "nora", Outbox: intents, Log: logr.Discard(), NewClient: shards.newClient})
-	res := thingsResource()
-	res.HasStatus = true
 	m.Ensure(res)
 	m.SetVirtualWorkspace(urls)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -96,6 +107,15 @@ func (e *shardedEnv) waitListedAt(url string) {
 		e.m.mu.Unlock()
 		return w != nil && w.store.listedAt(url)
 	})
+}
+
+// relatedListedAt tells whether the related watch of gvr at url has
+// listed.
+func (e *shardedEnv) relatedListedAt(gvr schema.GroupVersionResource, url string) bool {
+	e.m.mu.Lock()
+	rw := e.m.relWatchers[gvr]
+	e.m.mu.Unlock()
+	return rw != nil && rw.store.listedAt(url)
 }
 
 // waitFinalized waits until the cache holds each of objs with the
@@ -282,7 +302,7 @@ func TestEndpointRemovedDeletesNothing(t *testing.T) {
 func TestUnreachableEndpoint(t *testing.T) {
 	one, two, three := thingIn("ws-a", "one"), thingIn("ws-b", "two"), thingIn("ws-c", "three")
 	a, b := newFakeKCP(one), newFakeKCP(two)
-	recoverB := b.failCalls(errors.New("dial tcp 10.0.0.2:6443: connect: connection refused"))
+	recoverB := b.failCalls("*", errors.New("dial tcp 10.0.0.2:6443: connect: connection refused"))
 	e := startSharded(t, fakeShards{shardA: a, shardB: b}, shardA, shardB)
 	e.waitCached(one)
 	eventually(t, "shard B is reported unreachable", func() bool { return !e.endpoint(shardB).Reachable })
@@ -436,5 +456,57 @@ func TestEndpointReachability(t *testing.T) {
 		if !b.Reachable && b.LastError != refused.Error() {
 			t.Fatalf("%s: B's last error %q", st.name, b.LastError)
 		}
+	}
+}
+
+// TestRelatedObjectsOnAHealthyShardSync: while shard B cannot be reached,
+// a kcp-origin related object in a workspace on shard A is sent once A's
+// related watch has listed: it does not wait for every endpoint.
+func TestRelatedObjectsOnAHealthyShardSync(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
+		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := thingIn("ws-a", "one")
+	primary.Object["spec"] = map[string]any{"secretName": "creds"}
+	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "creds", "namespace": "ns", "uid": "u-s", "resourceVersion": "7",
+			"annotations": map[string]any{"kcp.io/cluster": "ws-a"}},
+		"data": map[string]any{"password": "aHVudGVyMg=="}}}
+	a, b := newFakeKCP(primary, secret), newFakeKCP()
+	b.failCalls("*", errors.New("connection refused"))
+	releaseSecrets := a.failCalls("secrets", errors.New("etcd is slow"))
+	res := thingsResource()
+	res.Related = refs
+	e := startShardedWith(t, res, fakeShards{shardA: a, shardB: b}, shardA, shardB)
+	e.waitCached(primary)
+	e.waitListedAt(shardA)
+
+	// The primary is sent and applied; its related object waits for the
+	// secrets watch at A.
+	drain(t, e.m)
+	edgeAcks(t, e.m, e.intents, edgeTakes(t, e.intents))
+	drain(t, e.m)
+	if got := queued(e.intents); len(got) != 0 {
+		t.Fatalf("intents %v before the secrets were listed, want none", describe(got))
+	}
+
+	releaseSecrets()
+	// The reflector retries within its backoff (at most 4 s).
+	deadline := time.Now().Add(10 * time.Second)
+	// Nothing else queues the reference: the listing at A must.
+	for !e.relatedListedAt(secretsGVR, shardA) || e.m.queue.Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("shard A's secrets listed %v, queued %d: want listed and the reference queued", e.relatedListedAt(secretsGVR, shardA), e.m.queue.Len())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	drain(t, e.m)
+	got := queued(e.intents)
+	if len(got) != 1 || got[0].GetRelatedTo().GetIdentifier() != "creds" || got[0].GetUpsert() == nil || got[0].GetKey().GetCluster() != "ws-a" {
+		t.Fatalf("intents %v, want the related upsert of creds in ws-a", got)
 	}
 }

@@ -31,8 +31,10 @@ type shardedWatch struct {
 	// onChange gets the key of every object added, updated or deleted at
 	// any endpoint; it must only enqueue.
 	onChange func(key string)
-	// onListed, when set, is called (without locks) each time every
-	// current endpoint's watch has listed.
+	// onListed, when set, is called (without locks) each time the watch at
+	// an endpoint has listed, and when removing an endpoint left every
+	// other one listed: what waited for a workspace's shard to list (or for
+	// all, see listed) can go on.
 	onListed func()
 	deps     watchDeps
 
@@ -120,7 +122,7 @@ func (w *shardedWatch) startLocked(url string) {
 	}
 	onSynced := func() {
 		sh.listed.Store(true)
-		if w.listed() && w.onListed != nil {
+		if w.onListed != nil {
 			w.onListed()
 		}
 	}

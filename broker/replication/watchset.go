@@ -287,19 +287,24 @@ func countLists(lists *atomic.Uint64, lw *cache.ListWatch) *cache.ListWatch {
 }
 
 // listed is called each time w, pr's watcher, has listed its objects at
-// every endpoint.
+// an endpoint (shardedWatch.onListed).
 func (m *Manager) listed(pr string, w *watcher) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.running[pr] != w {
 		return // replaced meanwhile
 	}
-	m.opts.Log.Info("published resource listed", logging.KeyPublishedResource, pr, logging.KeyObjects, w.store.Len())
-	if entries, ok := m.unlisted[pr]; ok {
+	all := w.store.listed()
+	m.opts.Log.Info("published resource listed", logging.KeyPublishedResource, pr, logging.KeyObjects, w.store.Len(), "everyEndpoint", all)
+	// The edge's inventory is compared only once every endpoint has
+	// listed: before, a copy whose workspace's shard has not listed would
+	// look gone.
+	if entries, ok := m.unlisted[pr]; ok && all {
 		delete(m.unlisted, pr)
 		m.compareInventoryLocked(pr, w, entries)
 	}
-	// Objects that went while nobody watched are known gone now.
+	// Objects that went while nobody watched are known gone now (on the
+	// shards that have listed: see listedFor).
 	m.queueCopiesLocked(pr)
 }
 
