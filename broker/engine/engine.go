@@ -39,10 +39,11 @@ import (
 	"github.com/ferry-dev/ferry/pkg/metrics"
 )
 
-// VirtualWorkspaceWatcher reports an APIExport's virtual workspace URL on
-// every change until ctx ends (blocking). Implemented by *kcp.Resolver.
+// VirtualWorkspaceWatcher reports an APIExport's virtual workspace URLs
+// (every endpoint, one per kcp shard; sorted, without duplicates) on every
+// change until ctx ends (blocking). Implemented by *kcp.Resolver.
 type VirtualWorkspaceWatcher interface {
-	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(url string))
+	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(urls []string))
 }
 
 // Sink is the attached stream's control lane (link.Loop.Control): it never
@@ -101,8 +102,8 @@ type Engine struct {
 	sink Sink
 	// attached numbers sink's attachment (the count of attachments then).
 	attached uint64
-	vwURL    string
-	// vwKnown tells whether the watch reported the URL at least once.
+	vwURLs   []string
+	// vwKnown tells whether the watch reported the URLs at least once.
 	vwKnown bool
 
 	// resyncSession is the admin session the last resync was asked on.
@@ -123,6 +124,9 @@ func newEngine(o Options, reports reportWriter) *Engine {
 		// Nil without an Observer: the manager then tracks no resync
 		// outcomes at all.
 		Metrics: o.Observer,
+		// The edge learns at once that a shard cannot be reached (or can
+		// again).
+		EndpointsChanged: e.sendExportStatus,
 	})
 	if reports == nil {
 		reports = e.mgr
@@ -164,25 +168,33 @@ func (e *Engine) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (e *Engine) virtualWorkspaceChanged(url string) {
-	e.mgr.SetVirtualWorkspace(url)
+func (e *Engine) virtualWorkspaceChanged(urls []string) {
+	e.mgr.SetVirtualWorkspace(urls)
 	e.mu.Lock()
-	e.vwURL, e.vwKnown = url, true
+	e.vwURLs, e.vwKnown = urls, true
 	e.mu.Unlock()
+	e.sendExportStatus()
+}
+
+// sendExportStatus sends the export's status to the attached edge.
+func (e *Engine) sendExportStatus() {
 	e.control(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ExportStatus{ExportStatus: e.exportStatus()}})
 }
 
-// VirtualWorkspaceURL is the export's virtual workspace URL as last seen, and
-// whether it was seen at all.
-func (e *Engine) VirtualWorkspaceURL() (string, bool) {
+// VirtualWorkspaceURLs are the export's virtual workspace endpoints as last
+// seen, and whether they were seen at all.
+func (e *Engine) VirtualWorkspaceURLs() ([]string, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.vwURL, e.vwKnown
+	return e.vwURLs, e.vwKnown
 }
 
+// Endpoints is the state of every current virtual workspace endpoint.
+func (e *Engine) Endpoints() []replication.EndpointState { return e.mgr.Endpoints() }
+
 func (e *Engine) exportStatus() *ferryv1.ExportStatus {
-	url, _ := e.VirtualWorkspaceURL()
-	return ExportStatus(e.opts.Export, e.opts.LogicalCluster, url)
+	urls, _ := e.VirtualWorkspaceURLs()
+	return ExportStatus(e.opts.Export, e.opts.LogicalCluster, urls, e.Endpoints())
 }
 
 // EdgeName is the configured edge name the engine's finalizers carry.
@@ -307,9 +319,13 @@ func (e *Engine) Status() *ferryv1.EngineStatus {
 // MetricsState describes the engine for the metrics collector.
 func (e *Engine) MetricsState() *metrics.EngineState {
 	st := e.intents.Stats()
+	endpoints := map[string]bool{}
+	for _, ep := range e.Endpoints() {
+		endpoints[ep.URL] = ep.Reachable
+	}
 	return &metrics.EngineState{
 		Pending: st.Pending, InFlight: st.InFlight, OldestInFlight: st.OldestInFlight,
-		Objects: e.mgr.ObjectsByResource(), Refused: e.mgr.Refused(),
+		Objects: e.mgr.ObjectsByResource(), Refused: e.mgr.Refused(), Endpoints: endpoints,
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
-	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/replication"
 )
 
@@ -145,19 +144,6 @@ func (e *Engine) relatedResult(pr string, rt *ferryv1.RelatedTo, ae *ferryv1.App
 	e.mgr.Rejected(pr, rt.GetPrimary(), rt.GetIdentifier())
 	e.opts.Log.Info("edge rejected a related object; waiting for a change in kcp or of the PublishedResource", "primary", replication.KeyString(rt.GetPrimary()),
 		"related", rt.GetIdentifier(), "reason", ae.GetReason().String(), "message", ae.GetMessage())
-}
-
-// ExportStatus describes an APIExport's state for the edge.
-func ExportStatus(ref config.APIExportRef, logicalCluster, vwURL string) *ferryv1.ExportStatus {
-	st := &ferryv1.ExportStatus{
-		Export:                &ferryv1.APIExportReference{WorkspacePath: ref.Workspace, Name: ref.Name},
-		LogicalCluster:        logicalCluster,
-		VirtualWorkspaceReady: vwURL != "",
-	}
-	if !st.VirtualWorkspaceReady {
-		st.WaitingFor = fmt.Sprintf("APIExportEndpointSlice %s to list a virtual workspace URL (kcp adds it once the APIExport is bound)", ref)
-	}
-	return st
 }
 
 func tooLargeMessage(size, limit int) string {

@@ -22,10 +22,11 @@ import (
 type ExportState struct {
 	// LogicalCluster is the logical cluster name of the export's workspace.
 	LogicalCluster string
-	// VirtualWorkspaceURL is the first endpoint of the export's
-	// APIExportEndpointSlice; empty until kcp serves it (it needs at least
-	// one APIBinding).
-	VirtualWorkspaceURL string
+	// VirtualWorkspaceURLs are the endpoints of the export's
+	// APIExportEndpointSlice (one per shard serving bound workspaces),
+	// rewritten (EndpointRewrite), sorted; empty until kcp serves it (it
+	// needs at least one APIBinding).
+	VirtualWorkspaceURLs []string
 }
 
 // NotFoundError reports that a workspace or APIExport does not exist or is
@@ -40,7 +41,8 @@ func (e *NotFoundError) Unwrap() error { return e.Err }
 
 // Resolver reads APIExport state from kcp. Safe for concurrent use.
 type Resolver struct {
-	client kcpclientset.ClusterInterface
+	client  kcpclientset.ClusterInterface
+	rewrite EndpointRewrite
 }
 
 // NewClient builds a cluster-aware kcp clientset from a rest config; any
@@ -59,9 +61,10 @@ func NewClient(cfg *rest.Config) (kcpclientset.ClusterInterface, error) {
 	return client, nil
 }
 
-// NewResolver returns a resolver using client.
-func NewResolver(client kcpclientset.ClusterInterface) *Resolver {
-	return &Resolver{client: client}
+// NewResolver returns a resolver using client; the virtual workspace URLs
+// it reports are mapped through rewrite.
+func NewResolver(client kcpclientset.ClusterInterface, rewrite EndpointRewrite) *Resolver {
+	return &Resolver{client: client, rewrite: rewrite}
 }
 
 // BaseHost strips a "/clusters/<path>" suffix from a kcp server URL.
@@ -102,8 +105,8 @@ func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (Export
 		// kcp creates the slice shortly after the export; not an error.
 	case err != nil:
 		return state, fmt.Errorf("cannot read APIExportEndpointSlice %s: %w", ref, err)
-	case len(slice.Status.APIExportEndpoints) > 0:
-		state.VirtualWorkspaceURL = slice.Status.APIExportEndpoints[0].URL
+	default:
+		state.VirtualWorkspaceURLs = endpointURLs(slice, r.rewrite)
 	}
 	return state, nil
 }

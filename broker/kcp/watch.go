@@ -2,6 +2,7 @@ package kcp
 
 import (
 	"context"
+	"slices"
 
 	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -14,40 +15,57 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 )
 
-// WatchVirtualWorkspace calls onChange with the virtual workspace URL of
-// ref's APIExportEndpointSlice ("" while there is none) each time it changes,
-// until ctx ends. An informer on that one object does the watching, so the
-// broker learns about the URL as soon as kcp publishes it, without polling.
-// onChange is called from one goroutine at a time.
-func (r *Resolver) WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(url string)) {
-	slices := r.client.Cluster(logicalcluster.NewPath(ref.Workspace)).ApisV1alpha1().APIExportEndpointSlices()
+// WatchVirtualWorkspace calls onChange with the virtual workspace URLs of
+// ref's APIExportEndpointSlice (every endpoint: one per shard; rewritten,
+// sorted, without duplicates; empty while there is none) each time they
+// change, until ctx ends. An informer on that one object does the watching,
+// so the broker learns about a shard's endpoint as soon as kcp publishes it,
+// without polling. onChange is called from one goroutine at a time.
+func (r *Resolver) WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(urls []string)) {
+	endpointSlices := r.client.Cluster(logicalcluster.NewPath(ref.Workspace)).ApisV1alpha1().APIExportEndpointSlices()
 	selector := fields.OneTermEqualSelector("metadata.name", ref.Name).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
-			return slices.List(ctx, o)
+			return endpointSlices.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
-			return slices.Watch(ctx, o)
+			return endpointSlices.Watch(ctx, o)
 		},
 	}
 	informer := cache.NewSharedIndexInformer(lw, &apisv1alpha1.APIExportEndpointSlice{}, 0, cache.Indexers{})
-	last := "\x00" // never a URL: the first observation is always reported
-	report := func(obj any) {
-		url := ""
-		if s, ok := obj.(*apisv1alpha1.APIExportEndpointSlice); ok && len(s.Status.APIExportEndpoints) > 0 {
-			url = s.Status.APIExportEndpoints[0].URL
-		}
-		if url != last {
-			last = url
-			onChange(url)
-		}
-	}
+	report := newEndpointReporter(r.rewrite, onChange).observe
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    report,
 		UpdateFunc: func(_, obj any) { report(obj) },
 		DeleteFunc: func(any) { report(nil) },
 	})
 	informer.RunWithContext(ctx)
+}
+
+// endpointReporter turns observations of an APIExportEndpointSlice into
+// reports of its endpoint URLs: the first observation, then each change
+// of the set.
+type endpointReporter struct {
+	rewrite  EndpointRewrite
+	onChange func(urls []string)
+	last     []string
+	reported bool
+}
+
+func newEndpointReporter(rewrite EndpointRewrite, onChange func(urls []string)) *endpointReporter {
+	return &endpointReporter{rewrite: rewrite, onChange: onChange}
+}
+
+// observe takes the slice as now seen (anything else, e.g. nil after a
+// deletion, is no slice: no endpoints).
+func (e *endpointReporter) observe(obj any) {
+	s, _ := obj.(*apisv1alpha1.APIExportEndpointSlice)
+	urls := endpointURLs(s, e.rewrite)
+	if e.reported && slices.Equal(urls, e.last) {
+		return
+	}
+	e.last, e.reported = urls, true
+	e.onChange(urls)
 }

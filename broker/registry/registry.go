@@ -38,8 +38,8 @@ type Session struct {
 	Info
 
 	// mu guards the mutable part of the export state.
-	mu                  sync.Mutex
-	virtualWorkspaceURL string
+	mu                   sync.Mutex
+	virtualWorkspaceURLs []string
 
 	// lastSeen is the time of the last message from the edge, in Unix nanoseconds.
 	lastSeen atomic.Int64
@@ -49,25 +49,26 @@ type Session struct {
 
 // NewSession returns a session; cancel must end its stream.
 func NewSession(info Info, cancel func()) *Session {
-	out := &Session{Info: info, cancel: cancel, virtualWorkspaceURL: info.ExportState.VirtualWorkspaceURL}
+	out := &Session{Info: info, cancel: cancel, virtualWorkspaceURLs: info.ExportState.VirtualWorkspaceURLs}
 	out.lastSeen.Store(info.ConnectedAt.UnixNano())
 	return out
 }
 
-// SetVirtualWorkspaceURL records the export's current virtual workspace URL.
-func (s *Session) SetVirtualWorkspaceURL(url string) {
+// SetVirtualWorkspaceURLs records the export's current virtual workspace
+// URLs.
+func (s *Session) SetVirtualWorkspaceURLs(urls []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.virtualWorkspaceURL = url
+	s.virtualWorkspaceURLs = urls
 }
 
 // ExportState is the export's state as last seen: resolved at the handshake,
-// the virtual workspace URL kept current by a watch.
+// the virtual workspace URLs kept current by a watch.
 func (s *Session) ExportState() kcp.ExportState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.Info.ExportState
-	st.VirtualWorkspaceURL = s.virtualWorkspaceURL
+	st.VirtualWorkspaceURLs = s.virtualWorkspaceURLs
 	return st
 }
 

@@ -41,7 +41,15 @@ func (m *Manager) Applied(pr string, in *ferryv1.SyncIntent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := in.GetUpsert().GetContentHash(); h != "" {
-		m.ledger.acked(idOf(pr, in.GetKey()), in.GetKey(), h)
+		id := idOf(pr, in.GetKey())
+		m.ledger.acked(id, in.GetKey(), h)
+		// An inventory waiting for every endpoint to list (a shard that
+		// cannot be reached) is the edge's state when it was sent: what
+		// the edge applied since is part of it, or the comparison would
+		// send it again.
+		if entries, waiting := m.unlisted[pr]; waiting {
+			entries[id] = h
+		}
 	}
 	m.queueRelatedLocked(pr, it.key)
 }

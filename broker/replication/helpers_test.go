@@ -2,9 +2,11 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/rest"
@@ -87,6 +90,36 @@ func (k *fakeKCP) newClient(cfg *rest.Config) (dynamic.Interface, error) {
 	return k.FakeDynamicClient, nil
 }
 
+// failCalls makes every list and watch of resource ("*": all) k serves
+// fail with err (a shard that cannot be reached) until the returned
+// function is called. Watches already open stay open.
+func (k *fakeKCP) failCalls(resource string, err error) (recover func()) {
+	var failing atomic.Bool
+	failing.Store(true)
+	k.PrependReactor("list", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		return failing.Load(), nil, err
+	})
+	k.PrependWatchReactor(resource, func(k8stesting.Action) (bool, watch.Interface, error) {
+		return failing.Load(), nil, err
+	})
+	return func() { failing.Store(false) }
+}
+
+// fakeShards is a sharded kcp: one fakeKCP per virtual workspace endpoint
+// URL, each serving the workspaces of its shard. Its newClient routes a
+// client by its endpoint URL, so a request reaches only that shard.
+type fakeShards map[string]*fakeKCP
+
+// newClient is the manager's Options.NewClient.
+func (s fakeShards) newClient(cfg *rest.Config) (dynamic.Interface, error) {
+	url, _, _ := strings.Cut(cfg.Host, "/clusters/")
+	k, ok := s[url]
+	if !ok {
+		return nil, fmt.Errorf("no shard serves %s", url)
+	}
+	return k.newClient(cfg)
+}
+
 // holdLists makes the lists of gvr wait until the returned function is
 // called (at the latest when the test ends).
 func (k *fakeKCP) holdLists(t *testing.T, gvr schema.GroupVersionResource) (release func()) {
@@ -143,7 +176,7 @@ func startEnv(t *testing.T, k *fakeKCP, res Resource, opts ...func(*Options)) *e
 	}
 	m := NewManager(o)
 	m.Ensure(res)
-	m.SetVirtualWorkspace(testVirtualWorkspace)
+	m.SetVirtualWorkspace([]string{testVirtualWorkspace})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	m.start(ctx)

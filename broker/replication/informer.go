@@ -101,10 +101,8 @@ func runInformer(ctx context.Context, lw *cache.ListWatch, store cache.Indexer, 
 	wg.Wait()
 }
 
-// newStore returns a store keyed like runInformer expects.
-func newStore() cache.Indexer {
-	return cache.NewIndexer(clusterKey, cache.Indexers{uidIndex: indexByUID})
-}
+// primaryIndexers index the caches of published resources.
+func primaryIndexers() cache.Indexers { return cache.Indexers{uidIndex: indexByUID} }
 
 // uidIndex indexes cached kcp objects by UID.
 const uidIndex = "uid"

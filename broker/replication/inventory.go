@@ -108,7 +108,7 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 	}
 	m.inventoried[pr] = true
 	delete(m.inventory, pr)
-	if w, ok := m.running[pr]; ok && w.synced.Load() {
+	if w, ok := m.running[pr]; ok && w.store.listed() {
 		m.compareInventoryLocked(pr, w, entries)
 		return
 	}
@@ -119,7 +119,9 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 // compareInventoryLocked replaces what the manager knows the edge applied
 // for pr with a complete inventory (entries: object key and UID → content
 // hash) and opens pr's gate: every object is compared in memory and only
-// those whose hash differs are sent. w's cache must be listed.
+// those whose hash differs are sent. w's cache must be listed at every
+// endpoint: an object is "gone" only when no shard that may hold it can
+// still list it.
 func (m *Manager) compareInventoryLocked(pr string, w *watcher, entries map[objectID]string) {
 	m.ledger.inventoried(pr, entries)
 	objects := w.store.List()

@@ -27,30 +27,46 @@ import (
 // ReleaseAll stops syncing pr and releases the broker's finalizer on every
 // object of gvr, so that kcp objects can be deleted without ferry: the
 // PublishedResource was deleted or its synchronization disabled. The objects
-// are listed live through the virtual workspace (after a restart the broker
-// may not watch gvr any more). With deleteRelated, the service-origin
+// are listed live through the virtual workspace, at every endpoint (after a
+// restart the broker may not watch gvr any more), and each is released at
+// the endpoint that listed it. With deleteRelated, the service-origin
 // related copies of those objects are deleted first (when pr's related
-// entries are known). It is idempotent: a failure is retried as a whole.
+// entries are known). It is idempotent: a failure (an endpoint that cannot
+// be reached included) is retried as a whole.
 func (m *Manager) ReleaseAll(ctx context.Context, pr string, gvr schema.GroupVersionResource, deleteRelated bool) (released int, err error) {
 	m.mu.Lock()
 	res, known := m.desired[pr]
-	vwKnown, vwURL := m.vwKnown, m.vwURL
 	m.mu.Unlock()
+	urls, urlsKnown := m.endpoints.current()
 	// No new finalizer from here on.
 	m.Remove(pr)
-	switch {
-	case !vwKnown:
+	if !urlsKnown {
 		return 0, errors.New("the APIExport's virtual workspace is not known yet")
-	case vwURL == "":
-		// No workspace binds the export: no object carries the finalizer.
-		return 0, nil
 	}
-	objs, err := ListFinalized(ctx, m.client, gvr, m.finalizer)
+	// No endpoint: no workspace binds the export, no object carries the
+	// finalizer.
+	for _, url := range urls {
+		n, err := m.releaseAllAt(ctx, url, gvr, res, deleteRelated && known)
+		released += n
+		if err != nil {
+			return released, fmt.Errorf("at virtual workspace endpoint %s: %w", url, err)
+		}
+	}
+	m.opts.Log.Info("released every object of a withdrawn PublishedResource", logging.KeyPublishedResource, pr, "resource", gvr.String(),
+		"released", released, "relatedCopiesDeleted", deleteRelated && known)
+	return released, nil
+}
+
+// releaseAllAt is ReleaseAll at one endpoint: the objects it lists are
+// released there.
+func (m *Manager) releaseAllAt(ctx context.Context, url string, gvr schema.GroupVersionResource, res Resource, deleteRelated bool) (released int, err error) {
+	clients := func(cluster string) (dynamic.Interface, error) { return m.endpoints.clientAt(url, cluster) }
+	objs, err := ListFinalized(ctx, clients, gvr, m.finalizer)
 	if err != nil {
 		return 0, err
 	}
-	if deleteRelated && known {
-		dyn, err := m.client("*")
+	if deleteRelated {
+		dyn, err := clients("*")
 		if err != nil {
 			return 0, err
 		}
@@ -60,14 +76,12 @@ func (m *Manager) ReleaseAll(ctx context.Context, pr string, gvr schema.GroupVer
 	}
 	for i := range objs {
 		o := &objs[i]
-		if err := RemoveFinalizer(ctx, m.client, "", gvr, o, m.finalizer); err != nil {
+		if err := RemoveFinalizer(ctx, clients, "", gvr, o, m.finalizer); err != nil {
 			return released, fmt.Errorf("cannot release %s: %w", KeyString(objectKey(o, gvr)), err)
 		}
 		m.opts.Outbox.Forget(objectKey(o, gvr), nil)
 		released++
 	}
-	m.opts.Log.Info("released every object of a withdrawn PublishedResource", logging.KeyPublishedResource, pr, "resource", gvr.String(),
-		"released", released, "relatedCopiesDeleted", deleteRelated && known)
 	return released, nil
 }
 
@@ -224,6 +238,8 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 	// Only this object's record (UID included): not a newer object's of
 	// the same name.
 	m.ledger.confirmed(idOf(pr, key))
+	// A waiting inventory (see Applied) no longer lists this copy.
+	delete(m.unlisted[pr], idOf(pr, key))
 	w, running := m.running[pr]
 	m.mu.Unlock()
 	m.opts.Outbox.Forget(key, nil)

@@ -257,7 +257,7 @@ func TestReleaseAllWithoutBindings(t *testing.T) {
 	if _, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, false); err == nil {
 		t.Fatal("released before the virtual workspace was known")
 	}
-	m.SetVirtualWorkspace("")
+	m.SetVirtualWorkspace(nil)
 	if n, err := m.ReleaseAll(context.Background(), "pr", thingsGVR, false); err != nil || n != 0 {
 		t.Fatalf("no bindings: released %d, %v; want 0, nil", n, err)
 	}

@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -78,6 +77,10 @@ type Options struct {
 	// waits for the watch of a service-origin related kind to list;
 	// zero is one minute.
 	RelatedListWait time.Duration
+	// EndpointsChanged, when set, is called (without locks, from a watch's
+	// goroutine) when a virtual workspace endpoint becomes reachable or
+	// unreachable (Manager.Endpoints).
+	EndpointsChanged func()
 	// NewClient makes the dynamic client for a virtual workspace
 	// endpoint (KCP with the host replaced); nil is dynamic.NewForConfig.
 	// Tests serve a fake kcp through it, so they reach the manager's
@@ -103,14 +106,14 @@ type Manager struct {
 	// nacks spaces out retries of intents the edge could not apply.
 	nacks workqueue.TypedRateLimiter[item]
 
-	mu    sync.Mutex
-	ctx   context.Context
-	vwURL string
-	// vwKnown: the URL was observed at least once ("" included).
-	vwKnown bool
+	// endpoints are the virtual workspace's endpoints, their clients and
+	// where each workspace lives (endpoints.go).
+	endpoints *endpointSet
+
+	mu      sync.Mutex
+	ctx     context.Context
 	desired map[string]Resource
 	running map[string]*watcher
-	clients map[string]dynamic.Interface
 	// open tells, per PublishedResource, whether its upserts may be sent
 	// (inventory complete, or gating off or timed out).
 	open map[string]bool
@@ -150,8 +153,7 @@ type Manager struct {
 	paths map[string]string
 	// namespaces holds the consumer workspaces' namespaces while any
 	// resource filters by namespace labels.
-	namespaces       cache.Indexer
-	namespacesCancel context.CancelFunc
+	namespaces *shardedWatch
 
 	// related objects (related.go)
 	relWatchers map[schema.GroupVersionResource]*relatedWatcher
@@ -190,7 +192,7 @@ func NewManager(o Options) *Manager {
 		nacks:       workqueue.NewTypedItemExponentialFailureRateLimiter[item](time.Second, 5*time.Minute),
 		desired:     map[string]Resource{},
 		running:     map[string]*watcher{},
-		clients:     map[string]dynamic.Interface{},
+		endpoints:   newEndpointSet(o.Log, o.KCP, o.NewClient, o.EndpointsChanged),
 		open:        map[string]bool{},
 		withdrawn:   map[string]bool{},
 		inventory:   map[string]map[objectID]string{},

@@ -92,8 +92,8 @@ func (m *Manager) ResourceStats() []ResourceStats {
 	for pr, res := range m.desired {
 		s := ResourceStats{ResourceRef: ResourceRef{PublishedResource: pr, GVR: res.GVR}, Applied: m.ledger.appliedCount(pr), AwaitingInventory: !m.open[pr]}
 		if w, ok := m.running[pr]; ok {
-			s.Objects = len(w.store.ListKeys())
-			s.Listed = w.synced.Load()
+			s.Objects = w.store.Len()
+			s.Listed = w.store.listed()
 		}
 		out = append(out, s)
 	}

@@ -82,8 +82,9 @@ func (m *Manager) objectState(it item) (objectState, bool, error) {
 	if err != nil {
 		return objectState{}, false, err
 	}
+	listed := m.listedFor(w.store, parseStoreKey(it.key).cluster)
 	m.mu.Lock()
-	s := objectState{it: it, res: w.res, listed: w.synced.Load(), open: m.open[it.pr], withdrawn: m.withdrawn[it.pr]}
+	s := objectState{it: it, res: w.res, listed: listed, open: m.open[it.pr], withdrawn: m.withdrawn[it.pr]}
 	m.mu.Unlock()
 	if exists {
 		m.setObject(&s, raw.(*unstructured.Unstructured))

@@ -56,9 +56,7 @@ var ErrRefused = errors.New("refused")
 type relatedWatcher struct {
 	gvr        schema.GroupVersionResource
 	unfiltered bool
-	store      cache.Indexer
-	cancel     context.CancelFunc
-	synced     bool
+	store      *shardedWatch
 	// started is when the watch began; a release waits at most
 	// Options.RelatedListWait past it for the watch to list.
 	started time.Time
@@ -96,7 +94,7 @@ func (m *Manager) reconcileRelatedLocked() {
 	}
 	for gvr, rw := range m.relWatchers {
 		if unfiltered, ok := needed[gvr]; !ok || unfiltered != rw.unfiltered {
-			rw.cancel()
+			rw.store.stop()
 			delete(m.relWatchers, gvr)
 		}
 	}
@@ -104,18 +102,14 @@ func (m *Manager) reconcileRelatedLocked() {
 		if _, ok := m.relWatchers[gvr]; ok {
 			continue
 		}
-		rw := &relatedWatcher{gvr: gvr, unfiltered: unfiltered, started: time.Now(),
-			store: cache.NewIndexer(clusterKey, cache.Indexers{relatedOwnerIndex: indexRelatedOwner})}
+		rw := &relatedWatcher{gvr: gvr, unfiltered: unfiltered, started: time.Now()}
 		selector := naming.LabelRelatedTo
 		if unfiltered {
 			selector = ""
 		}
 		// m.relatedSynced waits for m.mu: rw is running before it is called.
-		cancel, ok := m.watchLocked(gvr, selector, rw.store, func(key string) { m.relatedObjectChanged(gvr, key) }, func() { m.relatedSynced(rw) })
-		if !ok {
-			return
-		}
-		rw.cancel = cancel
+		rw.store = m.watchLocked(gvr, selector, cache.Indexers{relatedOwnerIndex: indexRelatedOwner},
+			func(key string) { m.relatedObjectChanged(gvr, key) }, m.relatedSynced)
 		m.relWatchers[gvr] = rw
 		m.opts.Log.Info("watching related resource", "resource", gvr.String(), "selector", selector)
 	}
@@ -148,13 +142,15 @@ func (m *Manager) relatedListed(gvr schema.GroupVersionResource) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rw := m.relWatchers[gvr]
-	return rw != nil && rw.synced
+	return rw != nil && rw.store.listed()
 }
 
-func (m *Manager) relatedSynced(rw *relatedWatcher) {
+// relatedSynced requeues every reference each time a related watch has
+// listed at an endpoint: those into that shard's workspaces can be
+// resolved now.
+func (m *Manager) relatedSynced() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rw.synced = true
 	m.relRefs.All(m.queue.Add)
 }
 
@@ -235,9 +231,8 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	m.mu.Lock()
 	m.relRefs.Point(it, src.refKey())
 	rw := m.relWatchers[ref.Resource]
-	listed := rw != nil && rw.synced // written under m.mu (relatedSynced)
 	m.mu.Unlock()
-	if !listed {
+	if rw == nil || !m.listedFor(rw.store, cluster) {
 		return nil // requeued when the watch has listed
 	}
 	gvr := &ferryv1.GroupVersionResource{Group: ref.Resource.Group, Version: ref.Resource.Version, Resource: ref.Resource.Resource}
@@ -295,12 +290,12 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.refused.Add(1)
 		return fmt.Errorf("%w: PublishedResource %q has no related entry %q that originates on the service cluster", ErrRefused, pr, id)
 	}
-	if !running || !w.synced.Load() {
+	pk := r.GetRelatedTo().GetPrimary()
+	if !running || !m.listedFor(w.store, pk.GetCluster()) {
 		// Not an answer: after a broker restart the edge re-reports before
 		// the watch has listed the primaries.
 		return errors.New("the published resource is not listed yet")
 	}
-	pk := r.GetRelatedTo().GetPrimary()
 	if err := m.checkKey(pr, pk); err != nil {
 		return err
 	}
@@ -323,9 +318,8 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	m.mu.Lock()
 	m.relReports[it] = r
 	rw := m.relWatchers[ref.Resource]
-	listed := rw != nil && rw.synced // written under m.mu (relatedSynced)
 	m.mu.Unlock()
-	if !listed {
+	if rw == nil || !m.listedFor(rw.store, pk.GetCluster()) {
 		return fmt.Errorf("the watch of %s in kcp has not listed yet", ref.Resource)
 	}
 	copies := copiesOf(rw, pk.GetUid(), id)
@@ -541,7 +535,7 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 	for _, r := range res.Related {
 		if r.Origin == ferryv1alpha1.OriginService {
 			if rw := m.relWatchers[r.Resource]; rw != nil {
-				watchers = append(watchers, watched{rw: rw, synced: rw.synced})
+				watchers = append(watchers, watched{rw: rw, synced: m.listedFor(rw.store, key.GetCluster())})
 			}
 		}
 	}

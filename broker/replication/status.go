@@ -24,7 +24,7 @@ func (m *Manager) cached(pr string, key *ferryv1.ObjectKey) (*unstructured.Unstr
 	if !ok {
 		return nil, fmt.Errorf("PublishedResource %q is not synced", pr)
 	}
-	if !w.synced.Load() {
+	if !m.listedFor(w.store, key.GetCluster()) {
 		return nil, errNotListed
 	}
 	raw, exists, err := w.store.GetByKey(storeKey(key))

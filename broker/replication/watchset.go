@@ -2,7 +2,6 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 
@@ -13,11 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
-	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // The watch set: which published resources are watched in the virtual
@@ -26,31 +23,62 @@ import (
 // starts, restarts and stops them.
 
 type watcher struct {
-	res    Resource
-	store  cache.Indexer
-	cancel context.CancelFunc
-	synced atomic.Bool // the initial list is in store
+	res   Resource
+	store *shardedWatch
 }
 
-// SetVirtualWorkspace sets the APIExport's virtual workspace URL ("" while
-// there is none); watches (re)start accordingly.
-func (m *Manager) SetVirtualWorkspace(url string) {
+// SetVirtualWorkspace sets the APIExport's virtual workspace endpoints
+// (sorted, without duplicates; none while kcp serves none): every watch
+// starts at an endpoint added and stops at one removed. A removed
+// endpoint's objects are not taken as deleted (see listedFor).
+func (m *Manager) SetVirtualWorkspace(urls []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.vwKnown = true
-	if url == m.vwURL {
+	if !m.endpoints.set(urls) {
 		return
 	}
-	m.vwURL = url
-	for pr := range m.running {
-		m.stopLocked(pr)
+	m.opts.Log.Info("virtual workspace endpoints", "endpoints", urls)
+	for _, w := range m.running {
+		w.store.follow(urls)
 	}
-	for gvr, rw := range m.relWatchers {
-		rw.cancel()
-		delete(m.relWatchers, gvr)
+	if m.namespaces != nil {
+		m.namespaces.follow(urls)
 	}
-	clear(m.clients)
+	for _, rw := range m.relWatchers {
+		rw.store.follow(urls)
+	}
 	m.reconcileLocked()
+}
+
+// Endpoints returns the state of every current virtual workspace
+// endpoint, by URL.
+func (m *Manager) Endpoints() []EndpointState { return m.endpoints.states() }
+
+// listedFor tells whether w's cache proves that an object of cluster it
+// does not hold is gone from kcp: the watch at the endpoint where the
+// workspace was seen has listed, or, for a workspace no watch has seen,
+// the watches at every endpoint have. A workspace last seen at an endpoint
+// that was removed proves nothing until a current endpoint shows it again:
+// a shard drained or unreachable never makes its objects look deleted.
+func (m *Manager) listedFor(w *shardedWatch, cluster string) bool {
+	if url, ok := m.endpoints.home(cluster); ok {
+		return w.listedAt(url)
+	}
+	return w.listed()
+}
+
+// watchDeps is what the manager's watches run on; m.ctx must be set.
+func (m *Manager) watchDepsLocked() watchDeps {
+	return watchDeps{ctx: m.ctx, endpoints: m.endpoints, lists: &m.lists, log: m.opts.Log}
+}
+
+// watchLocked starts watching gvr (objects whose labels match selector;
+// "" is every object) at every current endpoint; see shardedWatch.
+func (m *Manager) watchLocked(gvr schema.GroupVersionResource, selector string, indexers cache.Indexers, onChange func(key string), onListed func()) *shardedWatch {
+	w := newShardedWatch(m.watchDepsLocked(), gvr, selector, indexers, onChange, onListed)
+	urls, _ := m.endpoints.current()
+	w.follow(urls)
+	return w
 }
 
 // Ensure makes res synced, restarting its watch when it changed.
@@ -173,28 +201,24 @@ func (m *Manager) Remove(pr string) {
 
 func (m *Manager) stopLocked(pr string) {
 	if w, ok := m.running[pr]; ok {
-		w.cancel()
+		w.store.stop()
 		delete(m.running, pr)
 	}
 }
 
 func (m *Manager) reconcileLocked() {
-	if m.ctx == nil || m.vwURL == "" {
+	if m.ctx == nil {
 		return
 	}
 	for pr, res := range m.desired {
 		if _, ok := m.running[pr]; ok {
 			continue
 		}
-		w := &watcher{res: res, store: newStore()}
+		w := &watcher{res: res}
 		// Unfiltered: an object that leaves spec.filter must still be seen
 		// (as out of scope, not as deleted), or its finalizer would stay.
 		// m.listed waits for m.mu: w is running before it is called.
-		cancel, ok := m.watchLocked(res.GVR, "", w.store, func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { m.listed(pr, w) })
-		if !ok {
-			return
-		}
-		w.cancel = cancel
+		w.store = m.watchLocked(res.GVR, "", primaryIndexers(), func(key string) { m.queue.Add(item{pr: pr, key: key}) }, func() { m.listed(pr, w) })
 		m.running[pr] = w
 		m.opts.Log.Info("watching published resource", logging.KeyPublishedResource, pr, "resource", res.GVR.String(), "filter", res.Selector.String())
 	}
@@ -211,14 +235,11 @@ func (m *Manager) reconcileNamespacesLocked() {
 		needed = needed || w.res.NamespaceSelector != nil
 	}
 	switch {
-	case needed && m.namespacesCancel == nil:
-		store := newStore()
-		if cancel, ok := m.watchLocked(namespacesGVR, "", store, m.namespaceChanged, nil); ok {
-			m.namespaces, m.namespacesCancel = store, cancel
-		}
-	case !needed && m.namespacesCancel != nil:
-		m.namespacesCancel()
-		m.namespaces, m.namespacesCancel = nil, nil
+	case needed && m.namespaces == nil:
+		m.namespaces = m.watchLocked(namespacesGVR, "", nil, m.namespaceChanged, nil)
+	case !needed && m.namespaces != nil:
+		m.namespaces.stop()
+		m.namespaces = nil
 	}
 }
 
@@ -240,51 +261,10 @@ func (m *Manager) namespaceChanged(nsKey string) {
 	}
 }
 
-// watchLocked starts a watch of gvr across all workspaces (objects whose
-// labels match selector; "" is every object) into store, calling onChange
-// and onSynced like runInformer, until the returned cancel or the
-// manager's context ends; false when the virtual workspace client cannot
-// be built (logged).
-func (m *Manager) watchLocked(gvr schema.GroupVersionResource, selector string, store cache.Indexer, onChange func(key string), onSynced func()) (context.CancelFunc, bool) {
-	dyn, err := m.clientLocked("*")
-	if err != nil {
-		m.opts.Log.Error(err, "cannot build a virtual workspace client")
-		return nil, false
-	}
-	ctx, cancel := context.WithCancel(m.ctx)
-	go runInformer(ctx, m.countLists(watching.ListWatch(dyn.Resource(gvr), selector)), store, onChange, onSynced)
-	return cancel, true
-}
-
-// clientLocked returns a dynamic client for cluster ("*" for all) through
-// the virtual workspace.
-func (m *Manager) clientLocked(cluster string) (dynamic.Interface, error) {
-	if c, ok := m.clients[cluster]; ok {
-		return c, nil
-	}
-	cfg := rest.CopyConfig(m.opts.KCP)
-	cfg.Host = m.vwURL + "/clusters/" + cluster
-	var c dynamic.Interface
-	var err error
-	if m.opts.NewClient != nil {
-		c, err = m.opts.NewClient(cfg)
-	} else {
-		c, err = dynamic.NewForConfig(cfg)
-	}
-	if err != nil {
-		return nil, err
-	}
-	m.clients[cluster] = c
-	return c, nil
-}
-
+// client returns a client for cluster at the endpoint that serves it
+// (endpointSet.client).
 func (m *Manager) client(cluster string) (dynamic.Interface, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.vwURL == "" {
-		return nil, errors.New("the APIExport's virtual workspace is not served yet")
-	}
-	return m.clientLocked(cluster)
+	return m.endpoints.client(cluster)
 }
 
 func (m *Manager) resourceClient(key *ferryv1.ObjectKey) (dynamic.ResourceInterface, error) {
@@ -296,30 +276,35 @@ func (m *Manager) resourceClient(key *ferryv1.ObjectKey) (dynamic.ResourceInterf
 	return c.Resource(schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}).Namespace(key.GetNamespace()), nil
 }
 
-// countLists counts the lists lw makes.
-func (m *Manager) countLists(lw *cache.ListWatch) *cache.ListWatch {
+// countLists counts the lists lw makes in lists.
+func countLists(lists *atomic.Uint64, lw *cache.ListWatch) *cache.ListWatch {
 	list := lw.ListWithContextFunc
 	lw.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		m.lists.Add(1)
+		lists.Add(1)
 		return list(ctx, o)
 	}
 	return lw
 }
 
-// listed is called once w, pr's watcher, has listed its objects.
+// listed is called each time w, pr's watcher, has listed its objects at
+// an endpoint (shardedWatch.onListed).
 func (m *Manager) listed(pr string, w *watcher) {
-	w.synced.Store(true)
-	m.opts.Log.Info("published resource listed", logging.KeyPublishedResource, pr, logging.KeyObjects, len(w.store.ListKeys()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.running[pr] != w {
 		return // replaced meanwhile
 	}
-	if entries, ok := m.unlisted[pr]; ok {
+	all := w.store.listed()
+	m.opts.Log.Info("published resource listed", logging.KeyPublishedResource, pr, logging.KeyObjects, w.store.Len(), "everyEndpoint", all)
+	// The edge's inventory is compared only once every endpoint has
+	// listed: before, a copy whose workspace's shard has not listed would
+	// look gone.
+	if entries, ok := m.unlisted[pr]; ok && all {
 		delete(m.unlisted, pr)
 		m.compareInventoryLocked(pr, w, entries)
 	}
-	// Objects that went while nobody watched are known gone now.
+	// Objects that went while nobody watched are known gone now (on the
+	// shards that have listed: see listedFor).
 	m.queueCopiesLocked(pr)
 }
 
@@ -329,7 +314,7 @@ func (m *Manager) Objects() int {
 	defer m.mu.Unlock()
 	n := 0
 	for _, w := range m.running {
-		n += len(w.store.ListKeys())
+		n += w.store.Len()
 	}
 	return n
 }
@@ -340,7 +325,7 @@ func (m *Manager) ObjectsByResource() map[string]int {
 	defer m.mu.Unlock()
 	out := make(map[string]int, len(m.running))
 	for pr, w := range m.running {
-		out[pr] = len(w.store.ListKeys())
+		out[pr] = w.store.Len()
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/registry"
+	"github.com/ferry-dev/ferry/broker/replication"
 )
 
 // adminService implements ferry.v1alpha1.AdminService for identities listed
@@ -49,14 +50,16 @@ func (a *adminService) ListEdges(ctx context.Context, _ *ferryv1.ListEdgesReques
 			edge.EdgeVersion = s.EdgeVersion
 			edge.Capabilities = s.Capabilities
 			st := s.ExportState()
+			var endpoints []replication.EndpointState
 			if eng, ok := a.engines.get(e.APIExport); ok {
 				// The engine follows the virtual workspace; the session
 				// only knows it from the handshake.
-				if url, known := eng.VirtualWorkspaceURL(); known {
-					st.VirtualWorkspaceURL = url
+				if urls, known := eng.VirtualWorkspaceURLs(); known {
+					st.VirtualWorkspaceURLs = urls
 				}
+				endpoints = eng.Endpoints()
 			}
-			edge.ExportStatus = engine.ExportStatus(s.Export, st.LogicalCluster, st.VirtualWorkspaceURL)
+			edge.ExportStatus = engine.ExportStatus(s.Export, st.LogicalCluster, st.VirtualWorkspaceURLs, endpoints)
 		}
 		if e, ok := a.engines.get(e.APIExport); ok {
 			edge.Engine = e.Status()

@@ -17,7 +17,7 @@ import (
 // make no call to kcp.
 type idleWatcher struct{}
 
-func (idleWatcher) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func(string)) {
+func (idleWatcher) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func([]string)) {
 	<-ctx.Done()
 }
 

@@ -29,9 +29,9 @@ import (
 type ExportResolver interface {
 	// Resolve checks the export and returns its state.
 	Resolve(ctx context.Context, ref config.APIExportRef) (kcp.ExportState, error)
-	// WatchVirtualWorkspace reports the export's virtual workspace URL on
-	// every change until ctx ends (blocking).
-	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(url string))
+	// WatchVirtualWorkspace reports the export's virtual workspace URLs
+	// (every endpoint, sorted) on every change until ctx ends (blocking).
+	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(urls []string))
 }
 
 // syncService implements ferry.v1alpha1.SyncService: it authorizes the edge,
@@ -154,9 +154,9 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	// Detached after the loops have stopped (defers run in reverse): the
 	// slot is released only then, so a new stream never overlaps this one.
 	defer detach()
-	if url, known := eng.VirtualWorkspaceURL(); known {
-		state.VirtualWorkspaceURL = url
-		sess.SetVirtualWorkspaceURL(url)
+	if urls, known := eng.VirtualWorkspaceURLs(); known {
+		state.VirtualWorkspaceURLs = urls
+		sess.SetVirtualWorkspaceURLs(urls)
 	}
 
 	interval := protocol.NegotiateHeartbeat(s.heartbeatInterval, hello.GetHeartbeatInterval().AsDuration())
@@ -169,7 +169,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		BrokerVersion:          version.String(),
 		BrokerEpoch:            s.epoch,
 		SessionId:              sess.ID,
-		Export:                 engine.ExportStatus(edgeCfg.APIExport, state.LogicalCluster, state.VirtualWorkspaceURL),
+		Export:                 engine.ExportStatus(edgeCfg.APIExport, state.LogicalCluster, state.VirtualWorkspaceURLs, eng.Endpoints()),
 	}}})
 	if err != nil {
 		return err

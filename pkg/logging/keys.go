@@ -16,6 +16,8 @@ const (
 	KeyReason          = "reason"
 	KeyHolder          = "holder"
 	KeyLogicalCluster  = "logicalCluster"
+	// KeyEndpoint is a virtual workspace endpoint's URL (one kcp shard's).
+	KeyEndpoint = "endpoint"
 	// KeyObject is an object's key (cluster|group/resource|namespace/name).
 	KeyObject = "object"
 	// KeyObjects is a count of objects.

@@ -56,6 +56,9 @@ type EngineState struct {
 	Objects map[string]int
 	// Refused edge messages since the engine started.
 	Refused uint64
+	// Endpoints are the export's virtual workspace endpoints (one per kcp
+	// shard) by URL: true while the engine's watches reach it.
+	Endpoints map[string]bool
 }
 
 // NewBroker registers the broker's metrics on reg. source may be nil and set
@@ -266,6 +269,7 @@ type brokerCollector struct {
 	oldest     *prometheus.Desc
 	objects    *prometheus.Desc
 	refused    *prometheus.Desc
+	reachable  *prometheus.Desc
 }
 
 func newBrokerCollector(source BrokerSource) *brokerCollector {
@@ -284,11 +288,13 @@ func newBrokerCollector(source BrokerSource) *brokerCollector {
 			"Objects in the engine's kcp caches, by published resource.", []string{"export", "published_resource"}, nil),
 		refused: prometheus.NewDesc(name("refused_messages_total"),
 			"Edge messages the engine refused because they claimed something the broker checked and found untrue (since the engine started).", []string{"export"}, nil),
+		reachable: prometheus.NewDesc(name("virtual_workspace_endpoint_reachable"),
+			"1 while the engine's lists and watches at a virtual workspace endpoint (one kcp shard's) succeed, 0 while they fail: that shard's workspaces are not synced meanwhile.", []string{"export", "url"}, nil),
 	}
 }
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.connected, c.sessionAge, c.outbox, c.oldest, c.objects, c.refused} {
+	for _, d := range []*prometheus.Desc{c.connected, c.sessionAge, c.outbox, c.oldest, c.objects, c.refused, c.reachable} {
 		ch <- d
 	}
 }
@@ -319,6 +325,13 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(n), export, pr)
 		}
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.Refused), export)
+		for url, reachable := range st.Endpoints {
+			v := 0.0
+			if reachable {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.reachable, prometheus.GaugeValue, v, export, url)
+		}
 	}
 }
 

@@ -108,7 +108,8 @@ func TestBrokerStateGaugesReadTheSource(t *testing.T) {
 	}
 	now := time.Now()
 	err = b.RegisterSource(reg, func() []EdgeState {
-		eng := &EngineState{Pending: 3, InFlight: 2, OldestInFlight: now.Add(-time.Minute), Objects: map[string]int{"dbs": 7}, Refused: 4}
+		eng := &EngineState{Pending: 3, InFlight: 2, OldestInFlight: now.Add(-time.Minute), Objects: map[string]int{"dbs": 7}, Refused: 4,
+			Endpoints: map[string]bool{"https://shard-1/vw": true, "https://shard-2/vw": false}}
 		return []EdgeState{
 			{Identity: "a", Export: "root:x/x", Connected: true, ConnectedAt: now.Add(-time.Hour), Engine: eng},
 			{Identity: "b", Export: "root:x/x", Engine: eng},
@@ -125,6 +126,8 @@ func TestBrokerStateGaugesReadTheSource(t *testing.T) {
 		`ferry_broker_outbox_depth{export="root:x/x",state="in_flight"} 2`,
 		`ferry_broker_objects{export="root:x/x",published_resource="dbs"} 7`,
 		`ferry_broker_refused_messages_total{export="root:x/x"} 4`,
+		`ferry_broker_virtual_workspace_endpoint_reachable{export="root:x/x",url="https://shard-1/vw"} 1`,
+		`ferry_broker_virtual_workspace_endpoint_reachable{export="root:x/x",url="https://shard-2/vw"} 0`,
 		`ferry_broker_outbox_oldest_unacked_age_seconds{export="root:x/x"} 6`, // 60.x
 		`ferry_broker_edge_session_age_seconds{export="root:x/x",identity="a"} 3600`,
 	} {

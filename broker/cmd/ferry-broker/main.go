@@ -85,7 +85,7 @@ func run(args []string) error {
 	srv := server.New(server.Options{
 		Config:            completed.Config,
 		TLS:               completed.TLS,
-		Resolver:          kcp.NewResolver(kcpClient),
+		Resolver:          kcp.NewResolver(kcpClient, completed.EndpointRewrite),
 		Publisher:         publish.NewPublisher(kcpClient, log.WithName("publish")),
 		KCP:               completed.KCP,
 		InFlightWindow:    opts.InFlightWindow,

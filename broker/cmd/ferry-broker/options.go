@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/server"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/protocol"
@@ -42,6 +43,9 @@ type Options struct {
 	// kcp (docs/edge-status.md).
 	EdgeLeaseNamespace     string
 	EdgeLeaseRenewInterval time.Duration
+	// VirtualWorkspaceURLRewrite maps the virtual workspace URLs kcp lists
+	// (kcp.EndpointRewrite); "" keeps them.
+	VirtualWorkspaceURLRewrite string
 }
 
 // NewOptions returns the defaults.
@@ -80,6 +84,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	cli.AddProfilingFlag(fs, &o.PprofAddress)
 	cli.AddObservabilityFlags(fs, &o.MetricsAddress, &o.HealthAddress)
 	fs.StringVar(&o.EdgeLeaseNamespace, "edge-lease-namespace", o.EdgeLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease per configured edge that shows whether the edge is connected (kubectl get leases -l app.kubernetes.io/managed-by=ferry-broker); empty writes no Leases.")
+	fs.StringVar(&o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteFlag, o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteUsage)
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 
@@ -127,6 +132,9 @@ func (o *Options) Validate() error {
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
 	}
+	if _, err := kcp.ParseEndpointRewrite(o.VirtualWorkspaceURLRewrite); err != nil {
+		errs = append(errs, fmt.Errorf("--%s: %w", kcp.EndpointRewriteFlag, err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -136,6 +144,8 @@ type Completed struct {
 	Config *config.Config
 	TLS    *tls.Config
 	KCP    *rest.Config
+	// EndpointRewrite is VirtualWorkspaceURLRewrite, parsed.
+	EndpointRewrite kcp.EndpointRewrite
 }
 
 // Complete loads the configuration file, the certificates and the kcp
@@ -154,9 +164,13 @@ func (o *Options) Complete() (*Completed, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--kcp-kubeconfig %s: %w", o.KCPKubeconfig, err))
 	}
+	rewrite, err := kcp.ParseEndpointRewrite(o.VirtualWorkspaceURLRewrite)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--%s: %w", kcp.EndpointRewriteFlag, err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	cli.ShareRateLimit(kcpCfg, o.ClientQPS, o.ClientBurst)
-	return &Completed{Options: o, Config: cfg, TLS: tlsCfg, KCP: kcpCfg}, nil
+	return &Completed{Options: o, Config: cfg, TLS: tlsCfg, KCP: kcpCfg, EndpointRewrite: rewrite}, nil
 }

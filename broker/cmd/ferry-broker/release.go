@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,7 @@ func runRelease(args []string) error {
 	exportRef := fs.String("apiexport", "", "The APIExport as workspace path and name, e.g. root:org/databases.example.com.")
 	edge := fs.String("edge", "", "The edge's name in the broker's configuration (its finalizer is ferry.dev/<name>).")
 	dryRun := fs.Bool("dry-run", false, "List what would be released without changing anything.")
+	rewriteBase := fs.String(kcp.EndpointRewriteFlag, "", kcp.EndpointRewriteUsage)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -62,6 +64,10 @@ func runRelease(args []string) error {
 	if msgs := validation.IsDNS1123Label(*edge); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--edge %q is not an edge name (a DNS label): %s", *edge, strings.Join(msgs, "; ")))
 	}
+	rewrite, err := kcp.ParseEndpointRewrite(*rewriteBase)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--%s: %w", kcp.EndpointRewriteFlag, err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -75,7 +81,7 @@ func runRelease(args []string) error {
 	// A conflict means the object changed between list and patch: the next
 	// round lists it again (objects released already are not listed).
 	for round := 0; ; round++ {
-		n, err := releaseFinalizers(ctx, kcpCfg, entry.APIExport, entry.Finalizer(), *dryRun, func(line string) { fmt.Println(line) })
+		n, err := releaseFinalizers(ctx, kcpCfg, rewrite, entry.APIExport, entry.Finalizer(), *dryRun, func(line string) { fmt.Println(line) })
 		released += n
 		if err == nil {
 			break
@@ -93,57 +99,73 @@ func runRelease(args []string) error {
 }
 
 // releaseFinalizers removes finalizer from every object of every resource
-// in export, through its virtual workspace; report gets one line per object.
-func releaseFinalizers(ctx context.Context, kcpCfg *rest.Config, export config.APIExportRef, finalizer string, dryRun bool, report func(string)) (int, error) {
+// in export, through its virtual workspace at every endpoint (every kcp
+// shard), each object at the endpoint that listed it; report gets one line
+// per object.
+func releaseFinalizers(ctx context.Context, kcpCfg *rest.Config, rewrite kcp.EndpointRewrite, export config.APIExportRef, finalizer string, dryRun bool, report func(string)) (int, error) {
 	client, err := kcp.NewClient(kcpCfg)
 	if err != nil {
 		return 0, err
 	}
-	state, err := kcp.NewResolver(client).Resolve(ctx, export)
+	state, err := kcp.NewResolver(client, rewrite).Resolve(ctx, export)
 	if err != nil {
 		return 0, err
 	}
-	if state.VirtualWorkspaceURL == "" {
+	if len(state.VirtualWorkspaceURLs) == 0 {
 		report("the APIExport's virtual workspace is not served (no workspace binds it): nothing carries its finalizers")
 		return 0, nil
 	}
-	path := logicalcluster.NewPath(export.Workspace)
-	ex, err := client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})
+	gvrs, err := exportResources(ctx, client, export)
 	if err != nil {
-		return 0, fmt.Errorf("cannot read APIExport %s: %w", export, err)
-	}
-	clients := func(cluster string) (dynamic.Interface, error) {
-		c := rest.CopyConfig(kcpCfg)
-		c.Host = state.VirtualWorkspaceURL + "/clusters/" + cluster
-		return dynamic.NewForConfig(c)
+		return 0, err
 	}
 	released := 0
-	for _, r := range ex.Spec.Resources {
-		ars, err := client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Get(ctx, r.Schema, metav1.GetOptions{})
-		if err != nil {
-			return released, fmt.Errorf("cannot read APIResourceSchema %s of APIExport %s: %w", r.Schema, export, err)
+	for _, url := range state.VirtualWorkspaceURLs {
+		clients := func(cluster string) (dynamic.Interface, error) {
+			c := rest.CopyConfig(kcpCfg)
+			c.Host = url + "/clusters/" + cluster
+			return dynamic.NewForConfig(c)
 		}
-		if len(ars.Spec.Versions) == 0 {
-			continue
-		}
-		gvr := schema.GroupVersionResource{Group: r.Group, Version: ars.Spec.Versions[0].Name, Resource: r.Name}
-		objs, err := replication.ListFinalized(ctx, clients, gvr, finalizer)
-		if err != nil {
-			return released, err
-		}
-		for i := range objs {
-			o := &objs[i]
-			where := fmt.Sprintf("%s %s|%s", gvr.GroupResource(), logicalcluster.From(o), nsName(o.GetNamespace(), o.GetName()))
-			if !dryRun {
-				if err := replication.RemoveFinalizer(ctx, clients, "", gvr, o, finalizer); err != nil {
-					return released, fmt.Errorf("cannot release %s: %w", where, err)
-				}
+		for _, gvr := range gvrs {
+			objs, err := replication.ListFinalized(ctx, clients, gvr, finalizer)
+			if err != nil {
+				return released, fmt.Errorf("at virtual workspace endpoint %s: %w", url, err)
 			}
-			report(where)
-			released++
+			for i := range objs {
+				o := &objs[i]
+				where := fmt.Sprintf("%s %s|%s", gvr.GroupResource(), logicalcluster.From(o), nsName(o.GetNamespace(), o.GetName()))
+				if !dryRun {
+					if err := replication.RemoveFinalizer(ctx, clients, "", gvr, o, finalizer); err != nil {
+						return released, fmt.Errorf("cannot release %s: %w", where, err)
+					}
+				}
+				report(where)
+				released++
+			}
 		}
 	}
 	return released, nil
+}
+
+// exportResources returns the resources export serves (the first version
+// of each schema).
+func exportResources(ctx context.Context, client kcpclientset.ClusterInterface, export config.APIExportRef) ([]schema.GroupVersionResource, error) {
+	path := logicalcluster.NewPath(export.Workspace)
+	ex, err := client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("cannot read APIExport %s: %w", export, err)
+	}
+	var gvrs []schema.GroupVersionResource
+	for _, r := range ex.Spec.Resources {
+		ars, err := client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Get(ctx, r.Schema, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("cannot read APIResourceSchema %s of APIExport %s: %w", r.Schema, export, err)
+		}
+		if len(ars.Spec.Versions) > 0 {
+			gvrs = append(gvrs, schema.GroupVersionResource{Group: r.Group, Version: ars.Spec.Versions[0].Name, Resource: r.Name})
+		}
+	}
+	return gvrs, nil
 }
 
 func nsName(ns, name string) string {

@@ -434,7 +434,12 @@ type ExportStatus struct {
 	// synced after that.
 	VirtualWorkspaceReady bool `protobuf:"varint,3,opt,name=virtual_workspace_ready,json=virtualWorkspaceReady,proto3" json:"virtual_workspace_ready,omitempty"`
 	// What the broker is waiting for, or empty when nothing; human-readable.
-	WaitingFor    string `protobuf:"bytes,4,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// Names every virtual workspace endpoint the broker cannot reach.
+	WaitingFor string `protobuf:"bytes,4,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// The virtual workspace's endpoints, one per kcp shard that serves
+	// workspaces bound to the APIExport, ordered by URL; empty until kcp lists
+	// one. Set by the broker.
+	Endpoints     []*VirtualWorkspaceEndpoint `protobuf:"bytes,5,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -497,6 +502,91 @@ func (x *ExportStatus) GetWaitingFor() string {
 	return ""
 }
 
+func (x *ExportStatus) GetEndpoints() []*VirtualWorkspaceEndpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// VirtualWorkspaceEndpoint is one endpoint of an APIExport's virtual
+// workspace (one kcp shard's) as the broker reaches it. While one cannot be
+// reached, the workspaces on its shard are not synced and no copy of their
+// objects is taken as gone; the other endpoints keep syncing.
+type VirtualWorkspaceEndpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint's URL, as the broker uses it (after its URL rewrite, if
+	// any). Required.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// False while the broker's lists or watches at the endpoint fail.
+	Reachable bool `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// The last list or watch error while not reachable; empty otherwise.
+	LastError string `protobuf:"bytes,3,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When the endpoint became reachable or unreachable (or was first
+	// listed).
+	Since         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VirtualWorkspaceEndpoint) Reset() {
+	*x = VirtualWorkspaceEndpoint{}
+	mi := &file_ferry_v1alpha1_handshake_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VirtualWorkspaceEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VirtualWorkspaceEndpoint) ProtoMessage() {}
+
+func (x *VirtualWorkspaceEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_handshake_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VirtualWorkspaceEndpoint.ProtoReflect.Descriptor instead.
+func (*VirtualWorkspaceEndpoint) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_handshake_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VirtualWorkspaceEndpoint) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *VirtualWorkspaceEndpoint) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *VirtualWorkspaceEndpoint) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *VirtualWorkspaceEndpoint) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 var File_ferry_v1alpha1_handshake_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_handshake_proto_rawDesc = "" +
@@ -526,13 +616,20 @@ const file_ferry_v1alpha1_handshake_proto_rawDesc = "" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\"O\n" +
 	"\x12APIExportReference\x12%\n" +
 	"\x0eworkspace_path\x18\x01 \x01(\tR\rworkspacePath\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xcc\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x94\x02\n" +
 	"\fExportStatus\x12:\n" +
 	"\x06export\x18\x01 \x01(\v2\".ferry.v1alpha1.APIExportReferenceR\x06export\x12'\n" +
 	"\x0flogical_cluster\x18\x02 \x01(\tR\x0elogicalCluster\x126\n" +
 	"\x17virtual_workspace_ready\x18\x03 \x01(\bR\x15virtualWorkspaceReady\x12\x1f\n" +
 	"\vwaiting_for\x18\x04 \x01(\tR\n" +
-	"waitingFor*\xa2\x01\n" +
+	"waitingFor\x12F\n" +
+	"\tendpoints\x18\x05 \x03(\v2(.ferry.v1alpha1.VirtualWorkspaceEndpointR\tendpoints\"\x9b\x01\n" +
+	"\x18VirtualWorkspaceEndpoint\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1c\n" +
+	"\treachable\x18\x02 \x01(\bR\treachable\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since*\xa2\x01\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -554,30 +651,33 @@ func file_ferry_v1alpha1_handshake_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_handshake_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1alpha1_handshake_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_ferry_v1alpha1_handshake_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_ferry_v1alpha1_handshake_proto_goTypes = []any{
-	(Capability)(0),               // 0: ferry.v1alpha1.Capability
-	(*EdgeHello)(nil),             // 1: ferry.v1alpha1.EdgeHello
-	(*BrokerHello)(nil),           // 2: ferry.v1alpha1.BrokerHello
-	(*Heartbeat)(nil),             // 3: ferry.v1alpha1.Heartbeat
-	(*APIExportReference)(nil),    // 4: ferry.v1alpha1.APIExportReference
-	(*ExportStatus)(nil),          // 5: ferry.v1alpha1.ExportStatus
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(Capability)(0),                  // 0: ferry.v1alpha1.Capability
+	(*EdgeHello)(nil),                // 1: ferry.v1alpha1.EdgeHello
+	(*BrokerHello)(nil),              // 2: ferry.v1alpha1.BrokerHello
+	(*Heartbeat)(nil),                // 3: ferry.v1alpha1.Heartbeat
+	(*APIExportReference)(nil),       // 4: ferry.v1alpha1.APIExportReference
+	(*ExportStatus)(nil),             // 5: ferry.v1alpha1.ExportStatus
+	(*VirtualWorkspaceEndpoint)(nil), // 6: ferry.v1alpha1.VirtualWorkspaceEndpoint
+	(*durationpb.Duration)(nil),      // 7: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 8: google.protobuf.Timestamp
 }
 var file_ferry_v1alpha1_handshake_proto_depIdxs = []int32{
 	0, // 0: ferry.v1alpha1.EdgeHello.capabilities:type_name -> ferry.v1alpha1.Capability
-	6, // 1: ferry.v1alpha1.EdgeHello.heartbeat_interval:type_name -> google.protobuf.Duration
+	7, // 1: ferry.v1alpha1.EdgeHello.heartbeat_interval:type_name -> google.protobuf.Duration
 	0, // 2: ferry.v1alpha1.BrokerHello.capabilities:type_name -> ferry.v1alpha1.Capability
-	6, // 3: ferry.v1alpha1.BrokerHello.heartbeat_interval:type_name -> google.protobuf.Duration
+	7, // 3: ferry.v1alpha1.BrokerHello.heartbeat_interval:type_name -> google.protobuf.Duration
 	5, // 4: ferry.v1alpha1.BrokerHello.export:type_name -> ferry.v1alpha1.ExportStatus
-	7, // 5: ferry.v1alpha1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	8, // 5: ferry.v1alpha1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
 	4, // 6: ferry.v1alpha1.ExportStatus.export:type_name -> ferry.v1alpha1.APIExportReference
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	6, // 7: ferry.v1alpha1.ExportStatus.endpoints:type_name -> ferry.v1alpha1.VirtualWorkspaceEndpoint
+	8, // 8: ferry.v1alpha1.VirtualWorkspaceEndpoint.since:type_name -> google.protobuf.Timestamp
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_handshake_proto_init() }
@@ -591,7 +691,7 @@ func file_ferry_v1alpha1_handshake_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_handshake_proto_rawDesc), len(file_ferry_v1alpha1_handshake_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

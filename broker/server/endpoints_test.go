@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/devpki"
+)
+
+// shardResolver is workspaceResolver whose virtual workspace has one
+// endpoint, at url.
+type shardResolver struct {
+	workspaceResolver
+	url string
+}
+
+func (r shardResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, onChange func([]string)) {
+	onChange([]string{r.url})
+	<-ctx.Done()
+}
+
+// closedPort returns an address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// TestUnreachableEndpointIsVisible: a virtual workspace endpoint the
+// broker cannot reach shows in ListEdges (export_status.endpoints, and
+// waiting_for names its URL) and is pushed to the connected edge.
+func TestUnreachableEndpointIsVisible(t *testing.T) {
+	url := "https://" + closedPort(t) + "/services/apiexport/provider/a.ferry.dev"
+	tb := startTestBrokerWith(t, shardResolver{url: url}, servingApplier{})
+	stream, _ := connectPublished(t, tb)
+
+	unreachable := func(st *ferryv1.ExportStatus) bool {
+		eps := st.GetEndpoints()
+		return len(eps) == 1 && eps[0].GetUrl() == url && !eps[0].GetReachable()
+	}
+	pushed := make(chan *ferryv1.ExportStatus, 1)
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if st := msg.GetExportStatus(); unreachable(st) {
+				pushed <- st
+				return
+			}
+		}
+	}()
+	select {
+	case st := <-pushed:
+		if !strings.Contains(st.GetWaitingFor(), url) {
+			t.Errorf("pushed waiting_for %q does not name %s", st.GetWaitingFor(), url)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the edge was not told that the endpoint is unreachable")
+	}
+
+	admin := ferryv1.NewAdminServiceClient(tb.dial(t, "admin"))
+	list, err := admin.ListEdges(context.Background(), &ferryv1.ListEdgesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.GetEdges() {
+		if e.GetIdentity() != devpki.IdentityFor("edge-a") {
+			continue
+		}
+		st := e.GetExportStatus()
+		if !unreachable(st) || st.GetEndpoints()[0].GetLastError() == "" || st.GetEndpoints()[0].GetSince() == nil {
+			t.Fatalf("ListEdges export status %v: want the endpoint unreachable, with its error and since when", st)
+		}
+		if !strings.Contains(st.GetWaitingFor(), url) {
+			t.Errorf("ListEdges waiting_for %q does not name %s", st.GetWaitingFor(), url)
+		}
+		return
+	}
+	t.Fatal("edge-a not listed")
+}
