@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 
 	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
 )
@@ -12,62 +13,96 @@ import (
 const EndpointRewriteFlag = "virtual-workspace-url-rewrite"
 
 // EndpointRewriteUsage documents EndpointRewriteFlag.
-const EndpointRewriteUsage = "Base URL (scheme://host[:port], e.g. the kcp front-proxy's) that replaces the scheme and host of every virtual workspace URL kcp lists, keeping the path: for a sharded kcp whose shards list URLs the broker cannot reach (kcp issue #3830). Empty uses the URLs as listed."
+const EndpointRewriteUsage = "FROM=TO, repeatable: a virtual workspace URL kcp lists whose scheme and host[:port] are FROM is reached at TO's scheme and host[:port] instead, its path kept (e.g. https://shard-1.kcp.svc:6443=https://shard-1.kcp.example.com). For shards that list URLs the broker cannot reach (kcp issue #3830). URLs no entry names are used as listed."
 
 // EndpointRewrite maps the virtual workspace URLs an APIExportEndpointSlice
 // lists to URLs the broker can reach. On a sharded kcp every shard lists its
-// own, shard-internal URL (kcp issue #3830): a broker outside kcp's network
-// reaches the shards only through the front-proxy, which serves the same
-// paths. The zero value keeps every URL as it is.
+// own, often shard-internal URL (kcp issue #3830). Each shard is mapped on
+// its own, by scheme and host: the paths are the same on every shard
+// (/services/apiexport/<cluster>/<export>), so one base for all shards would
+// turn every shard's endpoint into the same URL and watch only one of them.
+// The zero value keeps every URL as it is.
 type EndpointRewrite struct {
-	// base holds the scheme and host every endpoint URL gets; nil keeps
-	// them.
-	base *url.URL
+	// hosts maps "scheme://host[:port]" to the scheme and host to use.
+	hosts map[string]*url.URL
 }
 
-// ParseEndpointRewrite parses a base URL ("https://front-proxy:8443"):
-// every endpoint URL keeps its path and takes the base's scheme and host.
-// "" is no rewrite. A base with a path, query or fragment is refused: it
-// would be dropped silently.
-func ParseEndpointRewrite(base string) (EndpointRewrite, error) {
-	if base == "" {
-		return EndpointRewrite{}, nil
+// ParseEndpointRewrite parses FROM=TO entries, each side a scheme and a
+// host[:port]. An entry with a path, query or credentials is refused (they
+// would be dropped silently), and so are two entries for one FROM or two
+// FROMs mapped to one TO (that would merge two shards' endpoints into one).
+func ParseEndpointRewrite(entries []string) (EndpointRewrite, error) {
+	r := EndpointRewrite{}
+	targets := map[string]string{}
+	for _, entry := range entries {
+		from, to, ok := strings.Cut(entry, "=")
+		if !ok {
+			return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: want FROM=TO, e.g. https://shard-1.kcp.svc:6443=https://shard-1.kcp.example.com", entry)
+		}
+		fromURL, err := parseSchemeHost(from)
+		if err != nil {
+			return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: FROM: %w", entry, err)
+		}
+		toURL, err := parseSchemeHost(to)
+		if err != nil {
+			return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: TO: %w", entry, err)
+		}
+		key, target := fromURL.String(), toURL.String()
+		if _, dup := r.hosts[key]; dup {
+			return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: %s is rewritten twice", entry, key)
+		}
+		if other, dup := targets[target]; dup {
+			return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: %s and %s would both become %s, and their shards' endpoints one URL", entry, other, key, target)
+		}
+		if r.hosts == nil {
+			r.hosts = map[string]*url.URL{}
+		}
+		r.hosts[key], targets[target] = toURL, key
 	}
-	u, err := url.Parse(base)
+	return r, nil
+}
+
+// parseSchemeHost parses "scheme://host[:port]" (a trailing slash allowed).
+func parseSchemeHost(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
 	if err != nil {
-		return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: %w", base, err)
+		return nil, err
 	}
 	switch {
 	case u.Scheme != "https" && u.Scheme != "http":
-		return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: the scheme must be https or http", base)
+		return nil, fmt.Errorf("%q: the scheme must be https or http", s)
 	case u.Host == "":
-		return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: a host is required", base)
+		return nil, fmt.Errorf("%q: a host is required", s)
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil:
-		return EndpointRewrite{}, fmt.Errorf("invalid virtual workspace URL rewrite %q: only a scheme and host[:port] are allowed (endpoint paths are kept)", base)
+		return nil, fmt.Errorf("%q: only a scheme and host[:port] are allowed (endpoint paths are kept)", s)
 	}
-	return EndpointRewrite{base: &url.URL{Scheme: u.Scheme, Host: u.Host}}, nil
+	return &url.URL{Scheme: u.Scheme, Host: strings.ToLower(u.Host)}, nil
 }
 
-// Apply returns endpoint with the base's scheme and host; an endpoint that
-// is not a URL is returned unchanged (its watches then report why they fail).
+// Apply returns endpoint with its scheme and host mapped; an endpoint that no
+// entry names, or that is not a URL, is returned unchanged (the watches then
+// report why they fail).
 func (r EndpointRewrite) Apply(endpoint string) string {
-	if r.base == nil {
-		return endpoint
-	}
 	u, err := url.Parse(endpoint)
-	if err != nil {
+	if err != nil || len(r.hosts) == 0 {
 		return endpoint
 	}
-	u.Scheme, u.Host = r.base.Scheme, r.base.Host
+	to, ok := r.hosts[(&url.URL{Scheme: u.Scheme, Host: strings.ToLower(u.Host)}).String()]
+	if !ok {
+		return endpoint
+	}
+	u.Scheme, u.Host = to.Scheme, to.Host
 	return u.String()
 }
 
-// String is the base, or "" for no rewrite.
+// String lists the entries as FROM=TO, sorted; "" for no rewrite.
 func (r EndpointRewrite) String() string {
-	if r.base == nil {
-		return ""
+	out := make([]string, 0, len(r.hosts))
+	for from, to := range r.hosts {
+		out = append(out, from+"="+to.String())
 	}
-	return r.base.String()
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }
 
 // endpointURLs is every virtual workspace URL slice lists (nil slice:

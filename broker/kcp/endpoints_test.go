@@ -2,6 +2,7 @@ package kcp
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
@@ -9,32 +10,45 @@ import (
 )
 
 func TestParseEndpointRewrite(t *testing.T) {
+	const shard1 = "https://shard-1.kcp.svc:6443/services/apiexport/root:org/export"
 	tests := []struct {
-		name, base, endpoint, want string
-		wantErr                    bool
+		name     string
+		entries  []string
+		endpoint string
+		want     string
+		wantErr  string
 	}{
-		{name: "none keeps the URL", base: "", endpoint: "https://shard-1.kcp.svc:6443/services/apiexport/root:org/export", want: "https://shard-1.kcp.svc:6443/services/apiexport/root:org/export"},
-		{name: "scheme and host replaced, path kept", base: "https://kcp.example.com:8443", endpoint: "https://shard-1.kcp.svc:6443/services/apiexport/root:org/export", want: "https://kcp.example.com:8443/services/apiexport/root:org/export"},
-		{name: "trailing slash allowed", base: "https://kcp.example.com/", endpoint: "http://10.0.0.2:6443/services/apiexport/x/y", want: "https://kcp.example.com/services/apiexport/x/y"},
-		{name: "no scheme", base: "kcp.example.com:8443", wantErr: true},
-		{name: "other scheme", base: "ftp://kcp.example.com", wantErr: true},
-		{name: "no host", base: "https://", wantErr: true},
-		{name: "path would be dropped", base: "https://kcp.example.com/prefix", wantErr: true},
-		{name: "query would be dropped", base: "https://kcp.example.com?x=1", wantErr: true},
-		{name: "credentials", base: "https://user:pw@kcp.example.com", wantErr: true},
-		{name: "not a URL", base: "https://kcp example.com:x", wantErr: true},
+		{name: "none keeps the URL", endpoint: shard1, want: shard1},
+		{name: "scheme and host replaced, path kept", entries: []string{"https://shard-1.kcp.svc:6443=https://kcp.example.com:8443"}, endpoint: shard1,
+			want: "https://kcp.example.com:8443/services/apiexport/root:org/export"},
+		{name: "another shard's URL is kept", entries: []string{"https://shard-2.kcp.svc:6443=https://kcp.example.com:8443"}, endpoint: shard1, want: shard1},
+		{name: "host compared without case, trailing slash allowed", entries: []string{"https://Shard-1.kcp.svc:6443/=http://10.0.0.2:6443/"}, endpoint: shard1,
+			want: "http://10.0.0.2:6443/services/apiexport/root:org/export"},
+		{name: "the port is part of the host", entries: []string{"https://shard-1.kcp.svc=https://kcp.example.com"}, endpoint: shard1, want: shard1},
+		{name: "no =", entries: []string{"https://kcp.example.com:8443"}, wantErr: "want FROM=TO"},
+		{name: "no scheme", entries: []string{"kcp.example.com:8443=https://x"}, wantErr: "FROM"},
+		{name: "other scheme", entries: []string{"https://a=ftp://kcp.example.com"}, wantErr: "the scheme must be https or http"},
+		{name: "no host", entries: []string{"https://a=https://"}, wantErr: "a host is required"},
+		{name: "path would be dropped", entries: []string{"https://a=https://kcp.example.com/prefix"}, wantErr: "only a scheme and host[:port]"},
+		{name: "query would be dropped", entries: []string{"https://a?x=1=https://b"}, wantErr: "only a scheme and host[:port]"},
+		{name: "credentials", entries: []string{"https://a=https://user:pw@kcp.example.com"}, wantErr: "only a scheme and host[:port]"},
+		{name: "not a URL", entries: []string{"https://a=https://kcp example.com:x"}, wantErr: "TO"},
+		{name: "one FROM twice", entries: []string{"https://a=https://b", "https://a=https://c"}, wantErr: "rewritten twice"},
+		// The paths are the same on every shard: two shards mapped to one
+		// host would be one endpoint, and one shard would not be watched.
+		{name: "two shards onto one host", entries: []string{"https://a=https://front", "https://b=https://front"}, wantErr: "would both become https://front"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := ParseEndpointRewrite(tt.base)
-			if tt.wantErr {
-				if err == nil {
-					t.Fatalf("ParseEndpointRewrite(%q) accepted it as %q", tt.base, r)
+			r, err := ParseEndpointRewrite(tt.entries)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ParseEndpointRewrite(%q) = %q, %v; want an error saying %q", tt.entries, r, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseEndpointRewrite(%q): %v", tt.base, err)
+				t.Fatalf("ParseEndpointRewrite(%q): %v", tt.entries, err)
 			}
 			if got := r.Apply(tt.endpoint); got != tt.want {
 				t.Errorf("Apply(%q) = %q, want %q", tt.endpoint, got, tt.want)
@@ -52,7 +66,7 @@ func sliceWith(urls ...string) *apisv1alpha1.APIExportEndpointSlice {
 }
 
 func TestEndpointURLs(t *testing.T) {
-	rewrite, err := ParseEndpointRewrite("https://front-proxy:8443")
+	rewrite, err := ParseEndpointRewrite([]string{"https://shard-1:6443=https://kcp-1.example.com", "https://shard-2:6443=https://kcp-2.example.com"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +80,8 @@ func TestEndpointURLs(t *testing.T) {
 		{name: "no endpoints", slice: sliceWith(), want: nil},
 		{name: "one", slice: sliceWith("https://a/vw"), want: []string{"https://a/vw"}},
 		{name: "sorted and deduplicated, empty dropped", slice: sliceWith("https://b/vw", "", "https://a/vw", "https://b/vw"), want: []string{"https://a/vw", "https://b/vw"}},
-		// Two shards serve the same path: through the front-proxy they are
-		// one endpoint.
-		{name: "rewritten, then deduplicated", slice: sliceWith("https://shard-2:6443/vw/2", "https://shard-1:6443/vw/1", "https://shard-3:6443/vw/1"), rewrite: rewrite,
-			want: []string{"https://front-proxy:8443/vw/1", "https://front-proxy:8443/vw/2"}},
+		{name: "each shard rewritten on its own, others kept", slice: sliceWith("https://shard-2:6443/vw", "https://shard-1:6443/vw", "https://shard-3:6443/vw"), rewrite: rewrite,
+			want: []string{"https://kcp-1.example.com/vw", "https://kcp-2.example.com/vw", "https://shard-3:6443/vw"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

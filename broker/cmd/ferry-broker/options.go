@@ -43,9 +43,9 @@ type Options struct {
 	// kcp (docs/edge-status.md).
 	EdgeLeaseNamespace     string
 	EdgeLeaseRenewInterval time.Duration
-	// VirtualWorkspaceURLRewrite maps the virtual workspace URLs kcp lists
-	// (kcp.EndpointRewrite); "" keeps them.
-	VirtualWorkspaceURLRewrite string
+	// VirtualWorkspaceURLRewrite maps the virtual workspace URLs kcp lists,
+	// FROM=TO per shard (kcp.EndpointRewrite); none keeps them.
+	VirtualWorkspaceURLRewrite []string
 }
 
 // NewOptions returns the defaults.
@@ -84,7 +84,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	cli.AddProfilingFlag(fs, &o.PprofAddress)
 	cli.AddObservabilityFlags(fs, &o.MetricsAddress, &o.HealthAddress)
 	fs.StringVar(&o.EdgeLeaseNamespace, "edge-lease-namespace", o.EdgeLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease per configured edge that shows whether the edge is connected (kubectl get leases -l app.kubernetes.io/managed-by=ferry-broker); empty writes no Leases.")
-	fs.StringVar(&o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteFlag, o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteUsage)
+	fs.StringArrayVar(&o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteFlag, o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteUsage)
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 

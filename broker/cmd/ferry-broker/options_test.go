@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestVirtualWorkspaceURLRewriteOption: a rewrite base that is not a bare
-// scheme://host[:port] stops the broker at startup with a message naming
-// the flag; a good one passes.
+// TestVirtualWorkspaceURLRewriteOption: a rewrite entry that is not
+// FROM=TO with bare scheme://host[:port] sides stops the broker at startup
+// with a message naming the flag; good ones pass.
 func TestVirtualWorkspaceURLRewriteOption(t *testing.T) {
 	valid := func() *Options {
 		o := NewOptions()
@@ -16,13 +16,13 @@ func TestVirtualWorkspaceURLRewriteOption(t *testing.T) {
 		return o
 	}
 	tests := []struct {
-		value   string
+		value   []string
 		wantErr string
 	}{
-		{value: ""},
-		{value: "https://kcp.example.com:6443"},
-		{value: "kcp.example.com:6443", wantErr: "--virtual-workspace-url-rewrite: invalid virtual workspace URL rewrite"},
-		{value: "https://kcp.example.com/services", wantErr: "only a scheme and host[:port] are allowed"},
+		{value: nil},
+		{value: []string{"https://shard-1.kcp.svc:6443=https://kcp.example.com:6443", "https://shard-2.kcp.svc:6443=https://kcp.example.com:6444"}},
+		{value: []string{"https://kcp.example.com:6443"}, wantErr: "--virtual-workspace-url-rewrite: invalid virtual workspace URL rewrite"},
+		{value: []string{"https://a=https://kcp.example.com/services"}, wantErr: "only a scheme and host[:port] are allowed"},
 	}
 	for _, tt := range tests {
 		o := valid()

@@ -45,7 +45,7 @@ func runRelease(args []string) error {
 	exportRef := fs.String("apiexport", "", "The APIExport as workspace path and name, e.g. root:org/databases.example.com.")
 	edge := fs.String("edge", "", "The edge's name in the broker's configuration (its finalizer is ferry.dev/<name>).")
 	dryRun := fs.Bool("dry-run", false, "List what would be released without changing anything.")
-	rewriteBase := fs.String(kcp.EndpointRewriteFlag, "", kcp.EndpointRewriteUsage)
+	rewrites := fs.StringArray(kcp.EndpointRewriteFlag, nil, kcp.EndpointRewriteUsage)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -64,7 +64,7 @@ func runRelease(args []string) error {
 	if msgs := validation.IsDNS1123Label(*edge); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--edge %q is not an edge name (a DNS label): %s", *edge, strings.Join(msgs, "; ")))
 	}
-	rewrite, err := kcp.ParseEndpointRewrite(*rewriteBase)
+	rewrite, err := kcp.ParseEndpointRewrite(*rewrites)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--%s: %w", kcp.EndpointRewriteFlag, err))
 	}

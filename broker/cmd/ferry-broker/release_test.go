@@ -22,8 +22,8 @@ func TestReleaseFinalizersFlags(t *testing.T) {
 			want: []string{"--kcp-kubeconfig /nonexistent/kubeconfig"}},
 		{name: "unknown flag", args: []string{"--config", "c.yaml"}, want: []string{"unknown flag: --config"}},
 		{name: "virtual workspace URL rewrite with a path", args: []string{"--kcp-kubeconfig", "k", "--apiexport", "root:org/x.example.com", "--edge", "edge",
-			"--virtual-workspace-url-rewrite", "https://kcp.example.com/clusters/root"},
-			want: []string{`--virtual-workspace-url-rewrite: invalid virtual workspace URL rewrite "https://kcp.example.com/clusters/root"`}},
+			"--virtual-workspace-url-rewrite", "https://shard-1=https://kcp.example.com/clusters/root"},
+			want: []string{`--virtual-workspace-url-rewrite: invalid virtual workspace URL rewrite "https://shard-1=https://kcp.example.com/clusters/root"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
