@@ -185,16 +185,26 @@ func (k *ShardedKCP) Shard(name string) (KCPShard, error) {
 	return KCPShard{}, fmt.Errorf("sharded kcp has no shard %q", name)
 }
 
-// ShardConfig is Config pointed at shard name's own URL instead of the
-// front-proxy (the shards trust the same client CA).
+// ShardConfig is a rest config for shard name's own URL (not the
+// front-proxy's) as the shard's admin: the front-proxy's kcp-admin may not
+// read every workspace on a shard directly. Each shard writes its admin
+// kubeconfig into its root directory.
 func (k *ShardedKCP) ShardConfig(name string) (*rest.Config, error) {
-	s, err := k.Shard(name)
-	if err != nil {
-		return nil, err
+	for n, s := range k.Shards {
+		if s.Name != name {
+			continue
+		}
+		path := filepath.Join(k.Dir, ".kcp-"+strconv.Itoa(n), "admin.kubeconfig")
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
+			&clientcmd.ConfigOverrides{CurrentContext: "shard-base"},
+		).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("shard %s's admin kubeconfig: %w", name, err)
+		}
+		return cfg, nil
 	}
-	cfg := rest.CopyConfig(k.Config)
-	cfg.Host = s.URL
-	return cfg, nil
+	return nil, fmt.Errorf("sharded kcp has no shard %q", name)
 }
 
 // FreezeShard makes shard name unreachable while the other shards, the
