@@ -82,9 +82,10 @@ func TestShardedKCPSyncsEveryShard(t *testing.T) {
 }
 
 // TestShardedKCPShardOutage: while one shard of two cannot be reached, the
-// broker says so (its endpoint's reachable gauge is 0 and ListEdges names
-// its URL) and the other shard keeps syncing both ways; no local copy of
-// the unreachable shard's objects is taken as gone. After the shard is back
+// other shard keeps syncing both ways (also while the broker's write of a
+// status to the unreachable shard hangs), the broker says so (its
+// endpoint's reachable gauge is 0 and ListEdges names its URL), and no
+// local copy of the unreachable shard's objects is taken as gone. After the shard is back
 // its workspace catches up (a status set meanwhile reaches kcp, a new object
 // syncs) and no object that did not change was written on either side.
 //
@@ -125,14 +126,13 @@ func TestShardedKCPShardOutage(t *testing.T) {
 			_ = se.kcp.ThawShard(downShard.Name)
 		}
 	})
-	se.waitReachable(t, urls[downShard.Name], false)
-	t.Logf("the broker reported %s unreachable %s after the freeze", urls[downShard.Name], time.Since(outage).Round(time.Second))
-	waiting := healthy.adminEdge(t).GetExportStatus().GetWaitingFor()
-	if !strings.Contains(waiting, urls[downShard.Name]) {
-		t.Errorf("ListEdges says it waits for %q, which does not name the unreachable endpoint %s", waiting, urls[downShard.Name])
-	}
+	// A status set meanwhile for an object of the frozen shard waits for
+	// it; the broker's attempts to write it must not hold up the other
+	// shard.
+	setLocalStatus(t, down, "tote-0", "Ready")
 
-	// The healthy shard keeps syncing both ways.
+	// The healthy shard keeps syncing both ways, before and after the
+	// broker noticed the outage.
 	healthy.createRemote(t, "default", "tote-during-outage", map[string]any{"fieldV1": "v1"})
 	healthy.waitLocal(t, "default", "tote-during-outage", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 	setLocalStatus(t, healthy, "tote-0", "Ready")
@@ -142,8 +142,16 @@ func TestShardedKCPShardOutage(t *testing.T) {
 		}
 		return statusPhase(u) == "Ready", "status.phase = " + statusPhase(u)
 	})
-	// A status set meanwhile for an object of the unreachable shard waits.
-	setLocalStatus(t, down, "tote-0", "Ready")
+	t.Logf("the healthy shard synced both ways %s after the freeze", time.Since(outage).Round(time.Millisecond))
+
+	se.waitReachable(t, urls[downShard.Name], false)
+	t.Logf("the broker reported %s unreachable %s after the freeze", urls[downShard.Name], time.Since(outage).Round(time.Second))
+	waiting := healthy.adminEdge(t).GetExportStatus().GetWaitingFor()
+	if !strings.Contains(waiting, urls[downShard.Name]) {
+		t.Errorf("ListEdges says it waits for %q, which does not name the unreachable endpoint %s", waiting, urls[downShard.Name])
+	}
+	healthy.createRemote(t, "default", "tote-noticed-outage", map[string]any{"fieldV1": "v1"})
+	healthy.waitLocal(t, "default", "tote-noticed-outage", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 
 	if err := se.kcp.ThawShard(downShard.Name); err != nil {
 		t.Fatal(err)
@@ -167,6 +175,7 @@ func TestShardedKCPShardOutage(t *testing.T) {
 	remoteAfter, localAfter := se.ws.versions(t)
 	for _, m := range []map[string]map[string]string{remoteAfter, localAfter} {
 		delete(m[healthy.consumerLC], "tote-during-outage")
+		delete(m[healthy.consumerLC], "tote-noticed-outage")
 		delete(m[down.consumerLC], "tote-after-outage")
 		for _, ws := range m {
 			delete(ws, "tote-0")
