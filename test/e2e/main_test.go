@@ -23,6 +23,8 @@ type suite struct {
 	kcp      *framework.KCP
 	service  *framework.ServiceCluster
 	provider logicalcluster.Path
+	// sharded is the sharded kcp, started by the first test that needs it.
+	sharded *shardedSuite
 }
 
 var env *suite
@@ -65,9 +67,12 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	env = &suite{bins: bins, dir: dir, kcp: kcp, service: svc, provider: provider}
+	env = &suite{bins: bins, dir: dir, kcp: kcp, service: svc, provider: provider, sharded: newShardedSuite(dir)}
+	defer env.sharded.stop()
 	code := m.Run()
 	if code == 0 {
+		env.sharded.stop()
+		env.sharded.removeData()
 		// Keep the logs; drop the servers' data (hundreds of MB) after a
 		// passing run. Stopping twice is harmless: the deferred stops return
 		// at once.

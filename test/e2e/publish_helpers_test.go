@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -31,9 +32,13 @@ type pubEnv struct {
 	edge   *framework.Process
 	label  string
 	kcp    kcpclientset.ClusterInterface
-	path   logicalcluster.Path
-	pki    string
-	admin  *grpc.ClientConn // the broker's admin API, dialled on first use
+	// kcpConfig is the admin config for the root workspace of the kcp
+	// that kcp talks to; nil is the suite's kcp (a sharded environment sets
+	// its front-proxy's).
+	kcpConfig *rest.Config
+	path      logicalcluster.Path
+	pki       string
+	admin     *grpc.ClientConn // the broker's admin API, dialled on first use
 	// edgeArgs are extra flags of every edge the environment starts.
 	edgeArgs []string
 	// edgeDial, when set, is the address edges dial instead of the
@@ -71,6 +76,15 @@ func newPubEnvArgs(t testing.TB, brokerArgs, edgeArgs []string, via func(brokerA
 		t.Fatal(err)
 	}
 	return e
+}
+
+// kcpRootConfig is the admin config of the environment's kcp, for its root
+// workspace.
+func (e *pubEnv) kcpRootConfig() *rest.Config {
+	if e.kcpConfig != nil {
+		return e.kcpConfig
+	}
+	return env.kcp.Config
 }
 
 func (e *pubEnv) startEdge(t testing.TB) *framework.Process {

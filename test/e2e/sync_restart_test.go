@@ -41,27 +41,33 @@ func (e *syncEnv) waitConverged(t testing.TB, want map[string]string) map[string
 	var state map[string][2]string
 	err := framework.Eventually(context.Background(), 3*time.Minute, 250*time.Millisecond, func(context.Context) (bool, string) {
 		state = e.localState(t)
-		missing, wrong, extra := 0, 0, 0
-		for name, v := range want {
-			got, ok := state[name]
-			switch {
-			case !ok:
-				missing++
-			case got[1] != v:
-				wrong++
-			}
-		}
-		for name := range state {
-			if _, ok := want[name]; !ok {
-				extra++
-			}
-		}
-		return missing+wrong+extra == 0, fmt.Sprintf("%d missing, %d out of date, %d extra of %d", missing, wrong, extra, len(want))
+		return converged(state, want)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return state
+}
+
+// converged compares local copies (name → resourceVersion, spec.fieldV1)
+// with want (name → spec.fieldV1).
+func converged(state map[string][2]string, want map[string]string) (bool, string) {
+	missing, wrong, extra := 0, 0, 0
+	for name, v := range want {
+		got, ok := state[name]
+		switch {
+		case !ok:
+			missing++
+		case got[1] != v:
+			wrong++
+		}
+	}
+	for name := range state {
+		if _, ok := want[name]; !ok {
+			extra++
+		}
+	}
+	return missing+wrong+extra == 0, fmt.Sprintf("%d of %d local copies missing, %d out of date, %d extra", missing, len(want), wrong, extra)
 }
 
 func TestSyncConvergesAcrossEdgeAndBrokerRestarts(t *testing.T) {

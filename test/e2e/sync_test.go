@@ -82,25 +82,33 @@ func newSyncEnvsArgs(t testing.TB, brokerArgs, edgeArgs []string, via func(strin
 	}
 	var out []*syncEnv
 	for _, pb := range pubs {
-		pr := p.waitCondition(t, pb.crd.Spec.Names.Plural, metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
-		e := &syncEnv{pubEnv: p}
-		parts := strings.SplitN(pr.Status.ServedResource, "/", 2)
-		res, grp, _ := strings.Cut(parts[0], ".")
-		e.remoteGVR = schema.GroupVersionResource{Group: grp, Version: parts[1], Resource: res}
-		e.remoteKind = pr.Status.ProjectedKind
-		e.localGVR = schema.GroupVersionResource{Group: pb.crd.Spec.Group, Version: "v1", Resource: pb.crd.Spec.Names.Plural}
-		svcDyn, err := dynamic.NewForConfig(env.service.Config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.local = svcDyn.Resource(e.localGVR)
-		out = append(out, e)
+		out = append(out, publishedSyncEnv(t, p, pb.crd))
 	}
 	consumer := bindConsumer(t, p, consumerPrefix)
 	for _, e := range out {
 		e.useConsumer(t, consumer)
 	}
 	return out
+}
+
+// publishedSyncEnv waits until crd's PublishedResource (named like its
+// plural) is published through p and returns a syncEnv for it, not yet
+// pointed at a consumer workspace.
+func publishedSyncEnv(t testing.TB, p *pubEnv, crd *apiextensionsv1.CustomResourceDefinition) *syncEnv {
+	t.Helper()
+	pr := p.waitCondition(t, crd.Spec.Names.Plural, metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
+	e := &syncEnv{pubEnv: p}
+	parts := strings.SplitN(pr.Status.ServedResource, "/", 2)
+	res, grp, _ := strings.Cut(parts[0], ".")
+	e.remoteGVR = schema.GroupVersionResource{Group: grp, Version: parts[1], Resource: res}
+	e.remoteKind = pr.Status.ProjectedKind
+	e.localGVR = schema.GroupVersionResource{Group: crd.Spec.Group, Version: "v1", Resource: crd.Spec.Names.Plural}
+	svcDyn, err := dynamic.NewForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.local = svcDyn.Resource(e.localGVR)
+	return e
 }
 
 // bindConsumer creates a consumer workspace and binds the export there.
@@ -138,7 +146,7 @@ func (e *syncEnv) useConsumer(t testing.TB, consumer logicalcluster.Path) {
 
 // consumerConfig is the kcp admin config pointed at the consumer workspace.
 func (e *syncEnv) consumerConfig() *rest.Config {
-	return workspaceConfig(env.kcp.Config, e.consumer)
+	return workspaceConfig(e.kcpRootConfig(), e.consumer)
 }
 
 // workspaceConfig is a copy of kcp config cfg pointed at the workspace path.

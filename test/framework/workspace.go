@@ -24,6 +24,12 @@ func KCPClient(cfg *rest.Config) (kcpclientset.ClusterInterface, error) {
 // CreateWorkspace creates a universal workspace name under parent (e.g.
 // "root") unless it exists, waits until it is ready and returns its path.
 func CreateWorkspace(ctx context.Context, cfg *rest.Config, parent, name string) (logicalcluster.Path, error) {
+	return CreateWorkspaceOn(ctx, cfg, parent, name, nil)
+}
+
+// CreateWorkspaceOn is CreateWorkspace with the workspace scheduled onto a
+// shard whose labels match shardLabels (any shard when nil).
+func CreateWorkspaceOn(ctx context.Context, cfg *rest.Config, parent, name string, shardLabels map[string]string) (logicalcluster.Path, error) {
 	client, err := KCPClient(cfg)
 	if err != nil {
 		return logicalcluster.Path{}, err
@@ -34,6 +40,9 @@ func CreateWorkspace(ctx context.Context, cfg *rest.Config, parent, name string)
 		Spec: tenancyv1alpha1.WorkspaceSpec{Type: &tenancyv1alpha1.WorkspaceTypeReference{
 			Name: "universal", Path: "root",
 		}},
+	}
+	if shardLabels != nil {
+		ws.Spec.Location = &tenancyv1alpha1.WorkspaceLocation{Selector: &metav1.LabelSelector{MatchLabels: shardLabels}}
 	}
 	_, err = client.Cluster(parentPath).TenancyV1alpha1().Workspaces().Create(ctx, ws, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
