@@ -103,8 +103,10 @@ func objectNames(n int) []string {
 	return out
 }
 
-// forEach runs do for every (workspace, name) from 16 goroutines.
-func (s *benchSide) forEach(names []string, do func(ws benchWorkspace, name string)) {
+// forEach runs do for every (workspace, name) from 16 goroutines:
+// workspaces interleaved, or with byWorkspace one workspace's objects after
+// another's.
+func (s *benchSide) forEach(names []string, byWorkspace bool, do func(ws benchWorkspace, name string)) {
 	type job struct {
 		ws   benchWorkspace
 		name string
@@ -118,10 +120,18 @@ func (s *benchSide) forEach(names []string, do func(ws benchWorkspace, name stri
 			}
 		})
 	}
-	// Interleave workspaces, as independent tenants would write.
-	for _, name := range names {
+	if byWorkspace {
 		for _, ws := range s.workspaces {
-			jobs <- job{ws, name}
+			for _, name := range names {
+				jobs <- job{ws, name}
+			}
+		}
+	} else {
+		// Interleave workspaces, as independent tenants would write.
+		for _, name := range names {
+			for _, ws := range s.workspaces {
+				jobs <- job{ws, name}
+			}
 		}
 	}
 	close(jobs)
@@ -289,6 +299,11 @@ type phaseSpec struct {
 	// local and remote tell, per event, whether the object is done on that
 	// side; nil for a side the phase does not wait on.
 	local, remote func(watch.EventType, *unstructured.Unstructured) bool
+	// byWorkspace writes a workspace's objects together, one workspace
+	// after another, so that a workspace's time from its first write to
+	// its last object done is its own sync time, not the spread of writes
+	// interleaved across every workspace.
+	byWorkspace bool
 }
 
 // run runs one phase over every object and measures it.
@@ -332,7 +347,7 @@ func (s *benchSide) runObserved(tb testing.TB, names []string, p phaseSpec) (ben
 	kcp0, local0, wire0 := s.kcpRequests.count(tb), s.localRequests.count(tb), s.wire.total()
 	kcpPid, kcpCPU0 := env.kcp.Pid(), kcpCPUSeconds(tb)
 	start := time.Now()
-	s.forEach(names, func(ws benchWorkspace, name string) {
+	s.forEach(names, p.byWorkspace, func(ws benchWorkspace, name string) {
 		obs.start(benchKey(ws.cluster, name), time.Now())
 		if err := p.write(ctx, ws, name); err != nil {
 			tb.Errorf("%s %s: %s %s: %v", s.system, p.name, ws.cluster, name, err)

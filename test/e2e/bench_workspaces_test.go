@@ -65,7 +65,9 @@ func runWorkspacesBench(tb testing.TB, size benchSize, out string) benchreport.W
 
 	names := objectNames(size.objects)
 	for _, spec := range []func() phaseSpec{ferry.createSpec, func() phaseSpec { return ferry.statusSpec(tb) }} {
-		phase, obs := ferry.runObserved(tb, names, spec())
+		p := spec()
+		p.byWorkspace = true
+		phase, obs := ferry.runObserved(tb, names, p)
 		report.Phases = append(report.Phases, phase)
 		report.PerWorkspace = append(report.PerWorkspace, benchreport.NewWorkspaceLatencies(phase.Name, obs.perWorkspace()))
 	}
@@ -79,7 +81,9 @@ func runWorkspacesBench(tb testing.TB, size benchSize, out string) benchreport.W
 		profiles.fetch(tb, "heap-synced", "heap")
 		profiles.wg.Wait()
 	}
-	phase, obs := ferry.runObserved(tb, names, ferry.deleteSpec())
+	del := ferry.deleteSpec()
+	del.byWorkspace = true
+	phase, obs := ferry.runObserved(tb, names, del)
 	report.Phases = append(report.Phases, phase)
 	report.PerWorkspace = append(report.PerWorkspace, benchreport.NewWorkspaceLatencies(phase.Name, obs.perWorkspace()))
 	report.Processes = ferry.processUsage(tb)
