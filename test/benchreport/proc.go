@@ -15,7 +15,10 @@ const clockTicks = 100
 // and system), read from /proc.
 type Usage struct {
 	PeakRSSBytes int64
-	CPUSeconds   float64
+	// RSSBytes is the resident memory when read: what a process holds at
+	// one moment, where the peak only ever grows.
+	RSSBytes   int64
+	CPUSeconds float64
 	// FileRSSBytes is the file-backed part of the resident memory when
 	// read: mostly the program's own code and data, which every process
 	// pays once whatever it does.
@@ -30,7 +33,7 @@ func ReadUsage(pid int) (Usage, error) {
 	}
 	var u Usage
 	for _, line := range strings.Split(string(status), "\n") {
-		for field, dst := range map[string]*int64{"VmHWM:": &u.PeakRSSBytes, "RssFile:": &u.FileRSSBytes} {
+		for field, dst := range map[string]*int64{"VmHWM:": &u.PeakRSSBytes, "VmRSS:": &u.RSSBytes, "RssFile:": &u.FileRSSBytes} {
 			if rest, ok := strings.CutPrefix(line, field); ok {
 				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 				if err != nil {
@@ -60,8 +63,8 @@ func ReadUsage(pid int) (Usage, error) {
 }
 
 // Add folds another incarnation's usage in: CPU adds up, the peak is the
-// larger one.
+// larger one, and the resident memory now is the later reading's (o).
 func (u Usage) Add(o Usage) Usage {
 	return Usage{PeakRSSBytes: max(u.PeakRSSBytes, o.PeakRSSBytes), CPUSeconds: u.CPUSeconds + o.CPUSeconds,
-		FileRSSBytes: max(u.FileRSSBytes, o.FileRSSBytes)}
+		RSSBytes: o.RSSBytes, FileRSSBytes: max(u.FileRSSBytes, o.FileRSSBytes)}
 }

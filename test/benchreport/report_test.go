@@ -167,11 +167,43 @@ func TestReadUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.PeakRSSBytes < 1<<20 || u.CPUSeconds < 0 {
+	if u.PeakRSSBytes < 1<<20 || u.RSSBytes < 1<<20 || u.RSSBytes > u.PeakRSSBytes || u.CPUSeconds < 0 {
 		t.Errorf("usage of the test process: %+v", u)
 	}
 	sum := u.Add(Usage{PeakRSSBytes: 1, CPUSeconds: 1})
 	if sum.PeakRSSBytes != u.PeakRSSBytes || sum.CPUSeconds != u.CPUSeconds+1 {
 		t.Errorf("Add: %+v", sum)
+	}
+}
+
+func TestWorkspacesReport(t *testing.T) {
+	r := WorkspacesReport{Workspaces: 4, PerWS: 2, Parallel: 8, Machine: "2 cores", Memory: []MemorySample{
+		{At: "idle", BrokerRSS: 40 << 20, BrokerHeap: 10 << 20},
+		{At: "synced", BrokerRSS: 44 << 20, BrokerHeap: 12 << 20},
+	}, Phases: []Phase{NewPhase("create", 8, time.Second, []time.Duration{time.Second})},
+		PerWorkspace: []WorkspaceLatencies{NewWorkspaceLatencies("create", []time.Duration{2 * time.Second, time.Second})}}
+	rss, heap, ok := r.PerWorkspaceBytes()
+	if !ok || rss != 1<<20 || heap != 512<<10 {
+		t.Errorf("per workspace: %v %v %v; want 1 MiB and 512 KiB", rss, heap, ok)
+	}
+	if l := r.PerWorkspace[0]; l.P50 != 1 || l.Max != 2 {
+		t.Errorf("per-workspace latencies: %+v", l)
+	}
+	var b strings.Builder
+	if err := r.Table(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"no floor or direct copy", "broker per workspace", "1024.0 KiB", "create"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	path := filepath.Join(t.TempDir(), "ws.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(data), `"brokerRSSBytesPerWorkspace": 1048576`) {
+		t.Errorf("JSON: %s %v", data, err)
 	}
 }

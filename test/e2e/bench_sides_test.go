@@ -49,8 +49,15 @@ func benchGroup(tb testing.TB, side string) string {
 	return side + "-" + strings.Trim(label, "-") + ".bench.ferry.dev"
 }
 
-// benchWorkspaces binds the export exportName in n new consumer workspaces
-// and returns a client (not rate limited) for the served resource in each.
+// benchCreateParallel is how many workspaces benchWorkspaces creates and
+// binds at once: kcp readies a workspace in about a second, mostly waiting,
+// so a few at once fill the wait without making kcp the bottleneck of a
+// 2-core machine.
+const benchCreateParallel = 8
+
+// benchWorkspaces binds the export exportName in n new consumer workspaces,
+// benchCreateParallel at once, and returns a client (not rate limited) for
+// the served resource in each, in order.
 func benchWorkspaces(tb testing.TB, prefix, exportName string, served schema.GroupVersionResource, n int) []benchWorkspace {
 	tb.Helper()
 	ctx := context.Background()
@@ -58,40 +65,66 @@ func benchWorkspaces(tb testing.TB, prefix, exportName string, served schema.Gro
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var out []benchWorkspace
-	for i := range n {
+	out := make([]benchWorkspace, n)
+	bind := func(i int) error {
 		name := fmt.Sprintf("%s%d-%s", prefix, i, sanitize(tb.Name()))
 		if len(name) > 63 {
 			name = strings.TrimRight(name[:63], "-")
 		}
 		path, err := framework.CreateWorkspace(ctx, env.kcp.Config, "root", name)
 		if err != nil {
-			tb.Fatal(err)
+			return err
 		}
 		if err := framework.BindAPIExport(ctx, env.kcp.Config, path, env.provider, exportName); err != nil {
-			tb.Fatal(err)
+			return err
 		}
 		lc, err := kcp.Cluster(path).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
 		if err != nil {
-			tb.Fatal(err)
+			return fmt.Errorf("logical cluster of %s: %w", path, err)
 		}
 		dyn, err := dynamic.NewForConfig(workspaceConfig(noRateLimit(env.kcp.Config), path))
 		if err != nil {
-			tb.Fatal(err)
+			return err
 		}
-		out = append(out, benchWorkspace{cluster: logicalcluster.From(lc).String(), remote: dyn.Resource(served).Namespace("default")})
-	}
-	// A binding takes a moment to serve the resource.
-	for _, ws := range out {
-		err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		ws := benchWorkspace{cluster: logicalcluster.From(lc).String(), remote: dyn.Resource(served).Namespace("default")}
+		// A binding takes a moment to serve the resource.
+		err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 			if _, err := ws.remote.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 				return false, err.Error()
 			}
 			return true, ""
 		})
 		if err != nil {
-			tb.Fatalf("workspace %s does not serve %s: %v", ws.cluster, served, err)
+			return fmt.Errorf("workspace %s does not serve %s: %w", path, served, err)
 		}
+		out[i] = ws
+		return nil
+	}
+	next := make(chan int)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range min(benchCreateParallel, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := bind(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	failed := false
+	for err := range errs {
+		tb.Error(err)
+		failed = true
+	}
+	if failed {
+		tb.FailNow()
 	}
 	return out
 }
@@ -191,9 +224,11 @@ func newDirectSide(tb testing.TB, n int, system string) *benchSide {
 // directCopyReady is what the direct copy logs once its caches synced.
 const directCopyReady = "caches synced"
 
-// newFerrySide publishes a CRD through a broker and an edge and binds it in
-// n workspaces. With profiles set, both serve pprof on free loopback ports.
-func newFerrySide(tb testing.TB, n int, profiles *benchProfiles) (*benchSide, *syncEnv) {
+// newFerrySide publishes a CRD of plural (which names its PublishedResource,
+// unique in the shared service cluster) through a broker and an edge and
+// binds it in n workspaces. With profiles set, both serve pprof on free
+// loopback ports.
+func newFerrySide(tb testing.TB, plural string, n int, profiles *benchProfiles) (*benchSide, *syncEnv) {
 	tb.Helper()
 	group := benchGroup(tb, "ferry")
 	var brokerArgs, edgeArgs []string
@@ -207,7 +242,7 @@ func newFerrySide(tb testing.TB, n int, profiles *benchProfiles) (*benchSide, *s
 		wire = startWireProxy(tb, broker)
 		return wire.address()
 	}
-	e := newSyncEnvsArgs(tb, brokerArgs, edgeArgs, via, "bf", publication{crd: testCRD(group, benchKind, benchPlural, apiextensionsv1.NamespaceScoped, "v1")})[0]
+	e := newSyncEnvsArgs(tb, brokerArgs, edgeArgs, via, "bf", publication{crd: testCRD(group, benchKind, plural, apiextensionsv1.NamespaceScoped, "v1")})[0]
 	s := &benchSide{
 		wire:   wire,
 		system: benchreport.Ferry, remoteGVR: e.remoteGVR, remoteKind: e.remoteKind,

@@ -103,8 +103,10 @@ func objectNames(n int) []string {
 	return out
 }
 
-// forEach runs do for every (workspace, name) from 16 goroutines.
-func (s *benchSide) forEach(names []string, do func(ws benchWorkspace, name string)) {
+// forEach runs do for every (workspace, name) from 16 goroutines:
+// workspaces interleaved, or with byWorkspace one workspace's objects after
+// another's.
+func (s *benchSide) forEach(names []string, byWorkspace bool, do func(ws benchWorkspace, name string)) {
 	type job struct {
 		ws   benchWorkspace
 		name string
@@ -118,10 +120,18 @@ func (s *benchSide) forEach(names []string, do func(ws benchWorkspace, name stri
 			}
 		})
 	}
-	// Interleave workspaces, as independent tenants would write.
-	for _, name := range names {
+	if byWorkspace {
 		for _, ws := range s.workspaces {
-			jobs <- job{ws, name}
+			for _, name := range names {
+				jobs <- job{ws, name}
+			}
+		}
+	} else {
+		// Interleave workspaces, as independent tenants would write.
+		for _, name := range names {
+			for _, ws := range s.workspaces {
+				jobs <- job{ws, name}
+			}
 		}
 	}
 	close(jobs)
@@ -192,6 +202,35 @@ func (o *observer) latenciesOf(watch int) []time.Duration {
 	return since(o.started, at)
 }
 
+// perWorkspace are, per workspace with every object done, the time from
+// its first object's write until its last object was done.
+func (o *observer) perWorkspace() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	first, last, left := map[string]time.Time{}, map[string]time.Time{}, map[string]int{}
+	for k, t0 := range o.started {
+		cluster, _, _ := strings.Cut(k, "/") // benchKey: object names hold no "/"
+		if f, ok := first[cluster]; !ok || t0.Before(f) {
+			first[cluster] = t0
+		}
+		done, ok := o.done[k]
+		if !ok {
+			left[cluster]++
+			continue
+		}
+		if done.After(last[cluster]) {
+			last[cluster] = done
+		}
+	}
+	var out []time.Duration
+	for cluster, t0 := range first {
+		if left[cluster] == 0 {
+			out = append(out, max(last[cluster].Sub(t0), 0))
+		}
+	}
+	return out
+}
+
 func since(started, at map[string]time.Time) []time.Duration {
 	var out []time.Duration
 	for k, t1 := range at {
@@ -260,10 +299,22 @@ type phaseSpec struct {
 	// local and remote tell, per event, whether the object is done on that
 	// side; nil for a side the phase does not wait on.
 	local, remote func(watch.EventType, *unstructured.Unstructured) bool
+	// byWorkspace writes a workspace's objects together, one workspace
+	// after another, so that a workspace's time from its first write to
+	// its last object done is its own sync time, not the spread of writes
+	// interleaved across every workspace.
+	byWorkspace bool
 }
 
 // run runs one phase over every object and measures it.
 func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.Phase {
+	tb.Helper()
+	phase, _ := s.runObserved(tb, names, p)
+	return phase
+}
+
+// runObserved is run, also returning what it observed per object.
+func (s *benchSide) runObserved(tb testing.TB, names []string, p phaseSpec) (benchreport.Phase, *observer) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -296,7 +347,7 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 	kcp0, local0, wire0 := s.kcpRequests.count(tb), s.localRequests.count(tb), s.wire.total()
 	kcpPid, kcpCPU0 := env.kcp.Pid(), kcpCPUSeconds(tb)
 	start := time.Now()
-	s.forEach(names, func(ws benchWorkspace, name string) {
+	s.forEach(names, p.byWorkspace, func(ws benchWorkspace, name string) {
 		obs.start(benchKey(ws.cluster, name), time.Now())
 		if err := p.write(ctx, ws, name); err != nil {
 			tb.Errorf("%s %s: %s %s: %v", s.system, p.name, ws.cluster, name, err)
@@ -329,7 +380,7 @@ func (s *benchSide) run(tb testing.TB, names []string, p phaseSpec) benchreport.
 	tb.Logf("%s %s: %d objects in %.2fs (p50 %.2fs, p99 %.2fs%s), kcp CPU %.1f ms per object, requests per object: kcp %.2f (%s), service cluster %.2f (%s); %.0f bytes per object between edge and broker",
 		s.system, p.name, total, phase.WallSeconds, phase.P50, phase.P99, localGone(phase), phase.KCPCPUPerObject()*1000,
 		phase.KCPRequests, byVerb(phase.KCPRequestsByVerb), phase.LocalRequests, byVerb(phase.LocalRequestsByVerb), phase.WireBytes)
-	return phase
+	return phase, obs
 }
 
 // localGone is "; local gone p50 ..." for a phase that has it.
@@ -358,18 +409,7 @@ func (s *benchSide) phases(tb testing.TB, objects int, between func() []benchrep
 	var out []benchreport.Phase
 	// CPU over create and update (at 10 × 100; the edge is killed later).
 	s.profiles.fetch(tb, "cpu", "profile?seconds=30")
-	out = append(out, s.run(tb, names, phaseSpec{
-		name: "create",
-		write: func(ctx context.Context, ws benchWorkspace, name string) error {
-			_, err := ws.remote.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": s.remoteGVR.GroupVersion().String(), "kind": s.remoteKind,
-				"metadata": map[string]any{"name": name, "namespace": "default"},
-				"spec":     map[string]any{"fieldV1": "v1"},
-			}}, metav1.CreateOptions{})
-			return err
-		},
-		local: func(t watch.EventType, _ *unstructured.Unstructured) bool { return t != watch.Deleted },
-	}))
+	out = append(out, s.run(tb, names, s.createSpec()))
 	out = append(out, s.run(tb, names, phaseSpec{
 		name: "update",
 		write: func(ctx context.Context, ws benchWorkspace, name string) error {
@@ -381,8 +421,36 @@ func (s *benchSide) phases(tb testing.TB, objects int, between func() []benchrep
 			return t != watch.Deleted && v == "v2"
 		},
 	}))
+	out = append(out, s.run(tb, names, s.statusSpec(tb)))
+	if between != nil {
+		out = append(out, between()...)
+	}
+	out = append(out, s.run(tb, names, s.deleteSpec()))
+	return out
+}
+
+// createSpec creates every object in kcp; done once its local copy exists.
+func (s *benchSide) createSpec() phaseSpec {
+	return phaseSpec{
+		name: "create",
+		write: func(ctx context.Context, ws benchWorkspace, name string) error {
+			_, err := ws.remote.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": s.remoteGVR.GroupVersion().String(), "kind": s.remoteKind,
+				"metadata": map[string]any{"name": name, "namespace": "default"},
+				"spec":     map[string]any{"fieldV1": "v1"},
+			}}, metav1.CreateOptions{})
+			return err
+		},
+		local: func(t watch.EventType, _ *unstructured.Unstructured) bool { return t != watch.Deleted },
+	}
+}
+
+// statusSpec sets a status on every local copy there is now; done once kcp
+// shows it.
+func (s *benchSide) statusSpec(tb testing.TB) phaseSpec {
+	tb.Helper()
 	locals := s.localNames(tb)
-	out = append(out, s.run(tb, names, phaseSpec{
+	return phaseSpec{
 		name: "status",
 		write: func(ctx context.Context, ws benchWorkspace, name string) error {
 			nn, ok := locals[benchKey(ws.cluster, name)]
@@ -397,11 +465,13 @@ func (s *benchSide) phases(tb testing.TB, objects int, between func() []benchrep
 			p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 			return t != watch.Deleted && p == "ready"
 		},
-	}))
-	if between != nil {
-		out = append(out, between()...)
 	}
-	out = append(out, s.run(tb, names, phaseSpec{
+}
+
+// deleteSpec deletes every object in kcp; done once it is gone there and
+// its local copy is gone.
+func (s *benchSide) deleteSpec() phaseSpec {
+	return phaseSpec{
 		name: "delete",
 		write: func(ctx context.Context, ws benchWorkspace, name string) error {
 			err := ws.remote.Delete(ctx, name, metav1.DeleteOptions{})
@@ -412,8 +482,7 @@ func (s *benchSide) phases(tb testing.TB, objects int, between func() []benchrep
 		},
 		local:  func(t watch.EventType, _ *unstructured.Unstructured) bool { return t == watch.Deleted },
 		remote: func(t watch.EventType, _ *unstructured.Unstructured) bool { return t == watch.Deleted },
-	}))
-	return out
+	}
 }
 
 // localNames maps object keys to their local copies' namespace and name.
@@ -499,7 +568,7 @@ func runBench(tb testing.TB, size benchSize, out string) benchreport.Report {
 		}
 		profiles = &benchProfiles{dir: dir, addrs: map[string]string{}}
 	}
-	ferry, fe := newFerrySide(tb, size.workspaces, profiles)
+	ferry, fe := newFerrySide(tb, benchPlural, size.workspaces, profiles)
 	ferry.profiles = profiles
 	run := benchreport.Run{System: benchreport.Ferry}
 	run.Phases = ferry.phases(tb, size.objects, func() []benchreport.Phase {
