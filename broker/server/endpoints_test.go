@@ -40,7 +40,8 @@ func closedPort(t *testing.T) string {
 
 // TestUnreachableEndpointIsVisible: a virtual workspace endpoint the
 // broker cannot reach shows in ListEdges (export_status.endpoints, and
-// waiting_for names its URL) and is pushed to the connected edge.
+// waiting_for names its URL), is pushed to the connected edge and is named
+// for the readiness probe.
 func TestUnreachableEndpointIsVisible(t *testing.T) {
 	url := "https://" + closedPort(t) + "/services/apiexport/provider/a.ferry.dev"
 	tb := startTestBrokerWith(t, shardResolver{url: url}, servingApplier{})
@@ -87,6 +88,10 @@ func TestUnreachableEndpointIsVisible(t *testing.T) {
 		}
 		if !strings.Contains(st.GetWaitingFor(), url) {
 			t.Errorf("ListEdges waiting_for %q does not name %s", st.GetWaitingFor(), url)
+		}
+		// The readiness probe's body names it too (degraded, not failed).
+		if down := tb.srv.UnreachableEndpoints(); len(down) != 1 || !strings.Contains(down[0], url) || !strings.Contains(down[0], "a.ferry.dev") {
+			t.Errorf("UnreachableEndpoints = %q, want the one endpoint with its export", down)
 		}
 		return
 	}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -159,4 +161,25 @@ func (r *engines) get(export config.APIExportRef) (*engine.Engine, bool) {
 		return nil, false
 	}
 	return run.e, true
+}
+
+// unreachableEndpoints lists, sorted, the virtual workspace endpoints (kcp
+// shards) a running engine cannot reach, each with its APIExport and error.
+func (r *engines) unreachableEndpoints() []string {
+	r.mu.Lock()
+	runs := make(map[config.APIExportRef]*engine.Engine, len(r.running))
+	for export, run := range r.running {
+		runs[export] = run.e
+	}
+	r.mu.Unlock()
+	var out []string
+	for export, e := range runs {
+		for _, ep := range e.Endpoints() {
+			if !ep.Reachable {
+				out = append(out, fmt.Sprintf("%s: %s unreachable since %s (%s)", export, ep.URL, ep.Since.UTC().Format(time.RFC3339), ep.LastError))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -207,6 +207,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // start and the beginning of its shutdown.
 func (s *Server) Serving() bool { return s.serving.Load() }
 
+// UnreachableEndpoints lists the virtual workspace endpoints (kcp shards)
+// the running sync engines cannot reach, for the readiness probe's body.
+func (s *Server) UnreachableEndpoints() []string { return s.engines.unreachableEndpoints() }
+
 // newEpoch returns a random non-zero broker epoch.
 func newEpoch() uint64 {
 	var b [8]byte

@@ -79,6 +79,7 @@ var (
 )
 
 type testBroker struct {
+	srv    *Server
 	addr   string
 	pki    string
 	cancel context.CancelFunc
@@ -135,7 +136,7 @@ func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.P
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tb := &testBroker{addr: lis.Addr().String(), pki: pki, cancel: cancel, done: make(chan error, 1)}
+	tb := &testBroker{srv: srv, addr: lis.Addr().String(), pki: pki, cancel: cancel, done: make(chan error, 1)}
 	go func() { tb.done <- srv.Serve(ctx, lis) }()
 	t.Cleanup(tb.stop)
 	return tb

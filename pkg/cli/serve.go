@@ -55,6 +55,14 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log l
 // the reason.
 type Checks map[string]func(*http.Request) error
 
+// Degraded is what a check returns when the process serves, but not all of
+// what it should: the probe passes (taking the process out of service would
+// stop what still works too) and its body says what is missing, so
+// `curl /readyz?verbose` answers "why are some workspaces not synced".
+type Degraded struct{ Reason string }
+
+func (d *Degraded) Error() string { return d.Reason }
+
 // Ping is a check that always passes: the process serves HTTP.
 func Ping(*http.Request) error { return nil }
 
@@ -85,7 +93,12 @@ func (c Checks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body strings.Builder
 	failed := false
 	for _, name := range names {
-		if err := c[name](r); err != nil {
+		err := c[name](r)
+		if d := (*Degraded)(nil); errors.As(err, &d) {
+			fmt.Fprintf(&body, "[+]%s ok, degraded: %s\n", name, d.Reason)
+			continue
+		}
+		if err != nil {
 			failed = true
 			fmt.Fprintf(&body, "[-]%s failed: %v\n", name, err)
 			continue

@@ -75,3 +75,21 @@ func TestServeMetricsAndOff(t *testing.T) {
 		t.Errorf("bad address error = %v, want it to name the flag", err)
 	}
 }
+
+// TestServeHealthDegraded: a degraded check passes the probe and says why
+// in the body.
+func TestServeHealthDegraded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	shards := func(*http.Request) error {
+		return &Degraded{Reason: "https://127.0.0.1:6445/services/apiexport/x/y unreachable"}
+	}
+	addr, err := ServeHealth(ctx, "127.0.0.1:0", Checks{"ping": Ping}, Checks{"virtual-workspaces": shards, "grpc": Ping}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := get(t, "http://"+addr.String()+"/readyz?verbose")
+	if code != http.StatusOK || !strings.Contains(body, "[+]virtual-workspaces ok, degraded: https://127.0.0.1:6445/services/apiexport/x/y unreachable") || !strings.HasSuffix(body, "ok\n") {
+		t.Errorf("/readyz with a degraded check = %d %q, want 200 naming what is degraded", code, body)
+	}
+}

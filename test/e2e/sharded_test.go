@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -150,6 +151,10 @@ func TestShardedKCPShardOutage(t *testing.T) {
 	if !strings.Contains(waiting, urls[downShard.Name]) {
 		t.Errorf("ListEdges says it waits for %q, which does not name the unreachable endpoint %s", waiting, urls[downShard.Name])
 	}
+	// Readiness stays up (the healthy shard is served) and its body names
+	// the shard that is not.
+	waitProbe(t, healthy.broker.Process, "/readyz?verbose", http.StatusOK, "[+]virtual-workspaces ok, degraded: ")
+	waitProbe(t, healthy.broker.Process, "/readyz?verbose", http.StatusOK, urls[downShard.Name])
 	healthy.createRemote(t, "default", "tote-noticed-outage", map[string]any{"fieldV1": "v1"})
 	healthy.waitLocal(t, "default", "tote-noticed-outage", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 

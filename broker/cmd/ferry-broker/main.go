@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -111,8 +112,16 @@ func run(args []string) error {
 		}
 		return nil
 	}
+	// An unreachable shard does not fail readiness: the broker still serves
+	// every other shard's workspaces. The probe's body names it.
+	shards := func(*http.Request) error {
+		if down := srv.UnreachableEndpoints(); len(down) > 0 {
+			return &cli.Degraded{Reason: strings.Join(down, "; ")}
+		}
+		return nil
+	}
 	if _, err := cli.ServeHealth(ctx, opts.HealthAddress, cli.Checks{"ping": cli.Ping},
-		cli.Checks{"grpc": serving, "kcp": kcpReachable}, log); err != nil {
+		cli.Checks{"grpc": serving, "kcp": kcpReachable, "virtual-workspaces": shards}, log); err != nil {
 		return err
 	}
 	if err := srv.Serve(ctx, lis); err != nil && !errors.Is(err, context.Canceled) {
