@@ -28,13 +28,13 @@ func TestShardedKCPSyncsEveryShard(t *testing.T) {
 	const perShard = 100
 	ctx := context.Background()
 	start := time.Now()
-	se := newShardedEnv(t, "sharded.example.com", "Parcel", "parcels")
+	se := newShardedEnv(t, "sharded.example.com", "Hamper", "hampers")
 	urls := se.endpoints(t)
 	t.Logf("set up in %s; the APIExportEndpointSlice lists %v", se.startup.Round(time.Second), urls)
 
 	want := map[string]string{}
 	for i := range perShard {
-		want[fmt.Sprintf("parcel-%03d", i)] = "v1"
+		want[fmt.Sprintf("hamper-%03d", i)] = "v1"
 	}
 	names := slices.Sorted(maps.Keys(want))
 	synced := time.Now()
