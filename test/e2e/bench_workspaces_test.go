@@ -58,8 +58,9 @@ func runWorkspacesBench(tb testing.TB, size benchSize, shards int, out string) b
 	// is saved only when FERRY_BENCH_PROFILES names a directory.
 	profileDir := os.Getenv("FERRY_BENCH_PROFILES")
 	profiles := &benchProfiles{dir: profileDir, addrs: map[string]string{}}
-	// newFerrySide binds the export in one workspace of its own (its
-	// syncEnv's consumer), which stays empty: "idle" has it bound.
+	// newFerrySideOn binds the export in one workspace of its own (its
+	// syncEnv's consumer; on the sharded kcp one per shard), which stays
+	// empty: "idle" has it bound.
 	plural := "wsparcels"
 	if shards > 1 {
 		plural = "wsshparcels" // PublishedResources are unique in the shared service cluster
