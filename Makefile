@@ -182,13 +182,15 @@ bench: tools ## Real-server benchmark: BENCH_WORKSPACES x BENCH_OBJECTS through 
 # The workspace-heavy shape: many workspaces, few objects each, ferry only.
 BENCH_WS_WORKSPACES ?= 300
 BENCH_WS_OBJECTS    ?= 3
+# 1: the suite's kcp; 2: a sharded kcp (root shard + one), workspace i on shard i%2.
+BENCH_WS_SHARDS     ?= 1
 
 .PHONY: bench-workspaces
-bench-workspaces: tools ## Real-server benchmark: BENCH_WS_WORKSPACES x BENCH_WS_OBJECTS through ferry (broker memory per workspace, time until every workspace is synced; table and JSON in BENCH_OUT).
+bench-workspaces: tools ## Real-server benchmark: BENCH_WS_WORKSPACES x BENCH_WS_OBJECTS through ferry on BENCH_WS_SHARDS kcp shards (broker memory per workspace, time until every workspace is synced, per shard too; table and JSON in BENCH_OUT).
 	go build -o bin/bench/ferry-broker ./broker/cmd/ferry-broker
 	go build -o bin/bench/ferry-edge ./edge/cmd/ferry-edge
 	FERRY_BIN_DIR=$(CURDIR)/bin/bench FERRY_ARTIFACTS=$(CURDIR)/_artifacts FERRY_BENCH_OUT=$(BENCH_OUT) \
-	FERRY_BENCH_WS_WORKSPACES=$(BENCH_WS_WORKSPACES) FERRY_BENCH_WS_OBJECTS=$(BENCH_WS_OBJECTS) FERRY_BENCH_PROFILES=$(BENCH_PROFILES) \
+	FERRY_BENCH_WS_WORKSPACES=$(BENCH_WS_WORKSPACES) FERRY_BENCH_WS_OBJECTS=$(BENCH_WS_OBJECTS) FERRY_BENCH_WS_SHARDS=$(BENCH_WS_SHARDS) FERRY_BENCH_PROFILES=$(BENCH_PROFILES) \
 		go test -run '^$$' -bench '^BenchmarkWorkspaces$$' -benchtime 1x -timeout 90m -v ./test/e2e/
 
 .PHONY: bench-unit

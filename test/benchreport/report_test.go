@@ -207,3 +207,38 @@ func TestWorkspacesReport(t *testing.T) {
 		t.Errorf("JSON: %s %v", data, err)
 	}
 }
+
+func TestWorkspacesReportShards(t *testing.T) {
+	r := WorkspacesReport{Workspaces: 4, PerWS: 2, Machine: "2 cores", Shards: []ShardFigures{
+		{Name: "root", Workspaces: 2, Phases: []ShardPhase{{
+			WorkspaceLatencies: NewWorkspaceLatencies("create", []time.Duration{time.Second, 3 * time.Second}), WallSeconds: 3.5}}},
+		{Name: "shard-1", Workspaces: 2, Phases: []ShardPhase{{
+			WorkspaceLatencies: NewWorkspaceLatencies("create", []time.Duration{2 * time.Second, 2 * time.Second}), WallSeconds: 2.5}}},
+	}}
+	var b strings.Builder
+	if err := r.Table(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"on 2 kcp shards", "all done after", "root", "3.50s", "shard-1", "2.50s"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	path := filepath.Join(t.TempDir(), "ws.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(data), `"wallSeconds": 3.5`) || !strings.Contains(string(data), `"name": "shard-1"`) {
+		t.Errorf("JSON: %s %v", data, err)
+	}
+	// One kcp: no shard table.
+	b.Reset()
+	r.Shards = nil
+	if err := r.Table(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "all done after") || !strings.Contains(b.String(), "on one kcp") {
+		t.Errorf("one kcp's table:\n%s", b.String())
+	}
+}

@@ -37,6 +37,24 @@ type WorkspacesReport struct {
 	PerWorkspace []WorkspaceLatencies `json:"perWorkspace"`
 	// Processes are broker's and edge's usage over the whole run.
 	Processes []Process `json:"processes"`
+	// Shards are the per-shard figures on a sharded kcp (none on one kcp).
+	Shards []ShardFigures `json:"shards,omitempty"`
+}
+
+// ShardFigures are one kcp shard's part of the run: its workspaces and,
+// per phase, how long until every one of them was done.
+type ShardFigures struct {
+	Name       string       `json:"name"`
+	Workspaces int          `json:"workspaces"`
+	Phases     []ShardPhase `json:"phases"`
+}
+
+// ShardPhase is one phase on one shard: from the phase's first write until
+// the shard's last workspace was done (WallSeconds), and the shard's
+// per-workspace times.
+type ShardPhase struct {
+	WorkspaceLatencies
+	WallSeconds float64 `json:"wallSeconds"`
 }
 
 // MemorySample is broker's and edge's memory at one point of the run.
@@ -105,8 +123,12 @@ func (r WorkspacesReport) Phase(name string) (Phase, bool) {
 
 // Table prints the report for people.
 func (r WorkspacesReport) Table(w io.Writer) error {
-	fmt.Fprintf(w, "%d workspaces x %d objects, ferry only (figures per workspace; no floor or direct copy), %s, %s\n",
-		r.Workspaces, r.PerWS, r.Machine, r.Date.Format(time.DateOnly))
+	on := "one kcp"
+	if len(r.Shards) > 0 {
+		on = fmt.Sprintf("%d kcp shards", len(r.Shards))
+	}
+	fmt.Fprintf(w, "%d workspaces x %d objects on %s, ferry only (figures per workspace; no floor or direct copy), %s, %s\n",
+		r.Workspaces, r.PerWS, on, r.Machine, r.Date.Format(time.DateOnly))
 	fmt.Fprintf(w, "setup: %d workspaces created and bound, %d at once, in %.1fs\n", r.Workspaces, r.Parallel, r.SetupSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "memory\tbroker RSS\tbroker heap\tedge RSS\tedge heap\t")
@@ -134,6 +156,16 @@ func (r WorkspacesReport) Table(w io.Writer) error {
 	}
 	for _, p := range r.Processes {
 		fmt.Fprintf(tw, "process %s\tpeak %s\tCPU %.1fs\t\t\t\t\t\t\t\n", p.Name, mib(float64(p.PeakRSSBytes)), p.CPUSeconds)
+	}
+	if err := tw.Flush(); err != nil || len(r.Shards) == 0 {
+		return err
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shard\tworkspaces\tphase\tall done after\tworkspace p50\tworkspace p99\tworkspace max\t")
+	for _, sh := range r.Shards {
+		for _, p := range sh.Phases {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t\n", sh.Name, sh.Workspaces, p.Phase, p.WallSeconds, p.P50, p.P99, p.Max)
+		}
 	}
 	return tw.Flush()
 }

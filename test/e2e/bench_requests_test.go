@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ferry-dev/ferry/test/framework"
 )
 
 // apiRequests counts by verb, from an API server's own
@@ -23,6 +25,9 @@ type apiRequests struct {
 	client *http.Client
 	url    string
 	group  string
+	// also are further servers whose counts add to this one's: the other
+	// shards of a sharded kcp, each counting only what it served.
+	also []*apiRequests
 }
 
 func newAPIRequests(tb testing.TB, cfg *rest.Config, group string) *apiRequests {
@@ -46,8 +51,36 @@ func kcpMetricsConfig(tb testing.TB) *rest.Config {
 	return cfg
 }
 
-// count returns the server's request count for the group so far, by verb.
+// shardedKCPRequests counts the requests for group on every shard of k,
+// each asked directly as its admin.
+func shardedKCPRequests(tb testing.TB, k *framework.ShardedKCP, group string) *apiRequests {
+	tb.Helper()
+	var all []*apiRequests
+	for _, s := range k.Shards {
+		cfg, err := k.ShardConfig(s.Name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		all = append(all, newAPIRequests(tb, cfg, group))
+	}
+	all[0].also = all[1:]
+	return all[0]
+}
+
+// count returns the server's request count for the group so far, by verb
+// (summed with those of also).
 func (a *apiRequests) count(tb testing.TB) requestCounts {
+	tb.Helper()
+	n := a.countOne(tb)
+	for _, more := range a.also {
+		for verb, c := range more.countOne(tb) {
+			n[verb] += c
+		}
+	}
+	return n
+}
+
+func (a *apiRequests) countOne(tb testing.TB) requestCounts {
 	tb.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, a.url, nil)
 	if err != nil {

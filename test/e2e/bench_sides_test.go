@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -55,13 +56,49 @@ func benchGroup(tb testing.TB, side string) string {
 // 2-core machine.
 const benchCreateParallel = 8
 
-// benchWorkspaces binds the export exportName in n new consumer workspaces,
-// benchCreateParallel at once, and returns a client (not rate limited) for
-// the served resource in each, in order.
-func benchWorkspaces(tb testing.TB, prefix, exportName string, served schema.GroupVersionResource, n int) []benchWorkspace {
+// benchKCP is the kcp a bench side's workspaces live in: the suite's, or
+// the shared sharded kcp, where workspace i is placed on shard i%shards.
+type benchKCP struct {
+	// config is kcp's admin config for the root workspace (the sharded
+	// kcp's through its front-proxy).
+	config *rest.Config
+	// provider is the workspace that holds the APIExport.
+	provider logicalcluster.Path
+	// sharded is nil for the suite's kcp.
+	sharded *framework.ShardedKCP
+}
+
+func suiteBenchKCP() benchKCP { return benchKCP{config: env.kcp.Config, provider: env.provider} }
+
+// createWorkspace creates workspace name in root: on the sharded kcp on
+// shard i%shards (and proves kcp put it there), returning that shard's name.
+func (k benchKCP) createWorkspace(ctx context.Context, i int, name string) (logicalcluster.Path, string, error) {
+	if k.sharded == nil {
+		path, err := framework.CreateWorkspace(ctx, k.config, "root", name)
+		return path, "", err
+	}
+	shard := k.sharded.Shards[i%len(k.sharded.Shards)]
+	path, err := framework.CreateWorkspaceOn(ctx, k.config, "root", name, map[string]string{"region": shard.Region})
+	if err != nil {
+		return path, "", err
+	}
+	on, err := k.sharded.WorkspaceShard(ctx, path)
+	if err != nil {
+		return path, "", err
+	}
+	if on != shard.Name {
+		return path, "", fmt.Errorf("workspace %s was scheduled on shard %s, want %s", path, on, shard.Name)
+	}
+	return path, shard.Name, nil
+}
+
+// benchWorkspaces binds the export exportName in n new consumer workspaces
+// of kcp, benchCreateParallel at once, and returns a client (not rate
+// limited) for the served resource in each, in order.
+func benchWorkspaces(tb testing.TB, k benchKCP, prefix, exportName string, served schema.GroupVersionResource, n int) []benchWorkspace {
 	tb.Helper()
 	ctx := context.Background()
-	kcp, err := framework.KCPClient(env.kcp.Config)
+	kcp, err := framework.KCPClient(k.config)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -71,22 +108,22 @@ func benchWorkspaces(tb testing.TB, prefix, exportName string, served schema.Gro
 		if len(name) > 63 {
 			name = strings.TrimRight(name[:63], "-")
 		}
-		path, err := framework.CreateWorkspace(ctx, env.kcp.Config, "root", name)
+		path, shard, err := k.createWorkspace(ctx, i, name)
 		if err != nil {
 			return err
 		}
-		if err := framework.BindAPIExport(ctx, env.kcp.Config, path, env.provider, exportName); err != nil {
+		if err := framework.BindAPIExport(ctx, k.config, path, k.provider, exportName); err != nil {
 			return err
 		}
 		lc, err := kcp.Cluster(path).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("logical cluster of %s: %w", path, err)
 		}
-		dyn, err := dynamic.NewForConfig(workspaceConfig(noRateLimit(env.kcp.Config), path))
+		dyn, err := dynamic.NewForConfig(workspaceConfig(noRateLimit(k.config), path))
 		if err != nil {
 			return err
 		}
-		ws := benchWorkspace{cluster: logicalcluster.From(lc).String(), remote: dyn.Resource(served).Namespace("default")}
+		ws := benchWorkspace{cluster: logicalcluster.From(lc).String(), shard: shard, remote: dyn.Resource(served).Namespace("default")}
 		// A binding takes a moment to serve the resource.
 		err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 			if _, err := ws.remote.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
@@ -197,7 +234,8 @@ func newDirectSide(tb testing.TB, n int, system string) *benchSide {
 	served := schema.GroupVersionResource{Group: sr.GetGroup(), Version: sr.GetVersion(), Resource: sr.GetResource()}
 	s := &benchSide{
 		system: system, remoteGVR: served, remoteKind: res.GetProjectedKind(),
-		workspaces: benchWorkspaces(tb, prefix, group, served, n),
+		kcp:        suiteBenchKCP(),
+		workspaces: benchWorkspaces(tb, suiteBenchKCP(), prefix, group, served, n),
 		local:      local, localSelector: directLabel,
 		localKey:    func(u *unstructured.Unstructured) string { return benchKey(u.GetLabels()[directLabel], u.GetName()) },
 		usage:       map[string]benchreport.Usage{},
@@ -230,6 +268,16 @@ const directCopyReady = "caches synced"
 // loopback ports.
 func newFerrySide(tb testing.TB, plural string, n int, profiles *benchProfiles) (*benchSide, *syncEnv) {
 	tb.Helper()
+	return newFerrySideOn(tb, 1, plural, n, profiles)
+}
+
+// newFerrySideOn is newFerrySide on the suite's kcp (shards 1) or on the
+// shared sharded kcp (shards its number of shards): there the broker is
+// configured against the front-proxy and reaches each shard's virtual
+// workspace endpoint directly, the export is bound in one workspace per
+// shard first, and the n workspaces are spread over the shards.
+func newFerrySideOn(tb testing.TB, shards int, plural string, n int, profiles *benchProfiles) (*benchSide, *syncEnv) {
+	tb.Helper()
 	group := benchGroup(tb, "ferry")
 	var brokerArgs, edgeArgs []string
 	if profiles != nil {
@@ -242,18 +290,33 @@ func newFerrySide(tb testing.TB, plural string, n int, profiles *benchProfiles) 
 		wire = startWireProxy(tb, broker)
 		return wire.address()
 	}
-	e := newSyncEnvsArgs(tb, brokerArgs, edgeArgs, via, "bf", publication{crd: testCRD(group, benchKind, plural, apiextensionsv1.NamespaceScoped, "v1")})[0]
+	var e *syncEnv
+	k := suiteBenchKCP()
+	var kcpMetrics func(group string) *apiRequests
+	if shards == 1 {
+		e = newSyncEnvsArgs(tb, brokerArgs, edgeArgs, via, "bf", publication{crd: testCRD(group, benchKind, plural, apiextensionsv1.NamespaceScoped, "v1")})[0]
+		kcpMetrics = func(group string) *apiRequests { return newAPIRequests(tb, kcpMetricsConfig(tb), group) }
+	} else {
+		se := newShardedEnvArgs(tb, brokerArgs, edgeArgs, via, group, benchKind, plural)
+		if len(se.kcp.Shards) != shards {
+			tb.Fatalf("%d shards asked for; the sharded kcp has %d", shards, len(se.kcp.Shards))
+		}
+		e = se.ws[0]
+		k = benchKCP{config: se.kcp.Config, provider: e.path, sharded: se.kcp}
+		kcpMetrics = func(group string) *apiRequests { return shardedKCPRequests(tb, se.kcp, group) }
+	}
 	s := &benchSide{
 		wire:   wire,
 		system: benchreport.Ferry, remoteGVR: e.remoteGVR, remoteKind: e.remoteKind,
-		workspaces: benchWorkspaces(tb, "bf", e.export.Name, e.remoteGVR, n),
+		kcp:        k,
+		workspaces: benchWorkspaces(tb, k, "bf", e.export.Name, e.remoteGVR, n),
 		local:      localResource(tb, e.localGVR), localSelector: naming.LabelRemoteCluster,
 		localKey: func(u *unstructured.Unstructured) string {
 			return benchKey(u.GetLabels()[naming.LabelRemoteCluster], u.GetAnnotations()[naming.AnnotationName])
 		},
 		processes:   func() []*framework.Process { return []*framework.Process{e.broker.Process, e.edge} },
 		usage:       map[string]benchreport.Usage{},
-		kcpRequests: newAPIRequests(tb, kcpMetricsConfig(tb), e.remoteGVR.Group), localRequests: newAPIRequests(tb, env.service.Config, e.localGVR.Group),
+		kcpRequests: kcpMetrics(e.remoteGVR.Group), localRequests: newAPIRequests(tb, env.service.Config, e.localGVR.Group),
 	}
 	return s, e
 }

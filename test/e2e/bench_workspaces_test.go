@@ -22,13 +22,14 @@ import (
 // ferry costs over a plain copy, which BenchmarkSync already does, so they
 // do not run here.
 
-// wsBenchSizeFromEnv reads FERRY_BENCH_WS_WORKSPACES and
-// FERRY_BENCH_WS_OBJECTS (make bench-workspaces sets them), defaulting to
-// 300 × 3.
-func wsBenchSizeFromEnv(tb testing.TB) benchSize {
+// wsBenchSizeFromEnv reads FERRY_BENCH_WS_WORKSPACES, FERRY_BENCH_WS_OBJECTS
+// and FERRY_BENCH_WS_SHARDS (make bench-workspaces sets them), defaulting
+// to 300 × 3 on one kcp.
+func wsBenchSizeFromEnv(tb testing.TB) (size benchSize, shards int) {
 	tb.Helper()
 	s := benchSize{workspaces: 300, objects: 3}
-	for name, v := range map[string]*int{"FERRY_BENCH_WS_WORKSPACES": &s.workspaces, "FERRY_BENCH_WS_OBJECTS": &s.objects} {
+	shards = 1
+	for name, v := range map[string]*int{"FERRY_BENCH_WS_WORKSPACES": &s.workspaces, "FERRY_BENCH_WS_OBJECTS": &s.objects, "FERRY_BENCH_WS_SHARDS": &shards} {
 		if raw := os.Getenv(name); raw != "" {
 			n, err := strconv.Atoi(raw)
 			if err != nil || n < 1 {
@@ -37,14 +38,19 @@ func wsBenchSizeFromEnv(tb testing.TB) benchSize {
 			*v = n
 		}
 	}
-	return s
+	if shards != 1 && shards != shardedShards {
+		tb.Fatalf("FERRY_BENCH_WS_SHARDS=%d: the bench runs on one kcp (1) or on the sharded kcp (%d)", shards, shardedShards)
+	}
+	return s, shards
 }
 
 // runWorkspacesBench starts a broker and an edge, samples their memory
 // idle, binds the export in size.workspaces workspaces, creates every
 // object (all workspaces at once), sets every status, deletes every object,
-// and writes the report (table and JSON) to out.
-func runWorkspacesBench(tb testing.TB, size benchSize, out string) benchreport.WorkspacesReport {
+// and writes the report (table and JSON) to out. With shards > 1 it runs on
+// the shared sharded kcp, workspace i on shard i%shards, and reports each
+// shard's figures too.
+func runWorkspacesBench(tb testing.TB, size benchSize, shards int, out string) benchreport.WorkspacesReport {
 	tb.Helper()
 	report := benchreport.WorkspacesReport{Date: time.Now().UTC(), Machine: machine(), Workspaces: size.workspaces,
 		PerWS: size.objects, Parallel: benchCreateParallel}
@@ -52,13 +58,18 @@ func runWorkspacesBench(tb testing.TB, size benchSize, out string) benchreport.W
 	// is saved only when FERRY_BENCH_PROFILES names a directory.
 	profileDir := os.Getenv("FERRY_BENCH_PROFILES")
 	profiles := &benchProfiles{dir: profileDir, addrs: map[string]string{}}
-	// newFerrySide binds the export in one workspace of its own (its
-	// syncEnv's consumer), which stays empty: "idle" has it bound.
-	ferry, fe := newFerrySide(tb, "wsparcels", 0, profiles)
+	// newFerrySideOn binds the export in one workspace of its own (its
+	// syncEnv's consumer; on the sharded kcp one per shard), which stays
+	// empty: "idle" has it bound.
+	plural := "wsparcels"
+	if shards > 1 {
+		plural = "wsshparcels" // PublishedResources are unique in the shared service cluster
+	}
+	ferry, fe := newFerrySideOn(tb, shards, plural, 0, profiles)
 	report.Memory = append(report.Memory, ferry.memory(tb, profiles, "idle"))
 
 	start := time.Now()
-	ferry.workspaces = benchWorkspaces(tb, "bw", fe.export.Name, fe.remoteGVR, size.workspaces)
+	ferry.workspaces = benchWorkspaces(tb, ferry.kcp, "bw", fe.export.Name, fe.remoteGVR, size.workspaces)
 	report.SetupSeconds = time.Since(start).Seconds()
 	tb.Logf("%d workspaces created and bound, %d at once, in %.1fs", size.workspaces, benchCreateParallel, report.SetupSeconds)
 	report.Memory = append(report.Memory, ferry.memory(tb, profiles, "bound"))
@@ -70,6 +81,7 @@ func runWorkspacesBench(tb testing.TB, size benchSize, out string) benchreport.W
 		phase, obs := ferry.runObserved(tb, names, p)
 		report.Phases = append(report.Phases, phase)
 		report.PerWorkspace = append(report.PerWorkspace, benchreport.NewWorkspaceLatencies(phase.Name, obs.perWorkspace()))
+		report.Shards = ferry.addShardPhase(report.Shards, phase.Name, obs)
 	}
 	// Every object synced and its status back: what the broker holds for
 	// W workspaces.
@@ -86,6 +98,7 @@ func runWorkspacesBench(tb testing.TB, size benchSize, out string) benchreport.W
 	phase, obs := ferry.runObserved(tb, names, del)
 	report.Phases = append(report.Phases, phase)
 	report.PerWorkspace = append(report.PerWorkspace, benchreport.NewWorkspaceLatencies(phase.Name, obs.perWorkspace()))
+	report.Shards = ferry.addShardPhase(report.Shards, phase.Name, obs)
 	report.Processes = ferry.processUsage(tb)
 
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -104,6 +117,55 @@ func runWorkspacesBench(tb testing.TB, size benchSize, out string) benchreport.W
 	}
 	tb.Logf("workspace bench results in %s (bench-workspaces.txt, bench-workspaces.json)", out)
 	return report
+}
+
+// addShardPhase adds phase's figures per shard to shards (one entry per
+// shard, in the sharded kcp's order, made on the first phase): the time from
+// the phase's first write until every workspace of the shard was done, and
+// the shard's per-workspace times. On the suite's kcp it adds nothing.
+func (s *benchSide) addShardPhase(shards []benchreport.ShardFigures, phase string, obs *observer) []benchreport.ShardFigures {
+	if s.kcp.sharded == nil {
+		return shards
+	}
+	if shards == nil {
+		for _, sh := range s.kcp.sharded.Shards {
+			shards = append(shards, benchreport.ShardFigures{Name: sh.Name})
+		}
+	}
+	spans := obs.workspaceSpans()
+	var start time.Time
+	for _, sp := range spans {
+		if start.IsZero() || sp.first.Before(start) {
+			start = sp.first
+		}
+	}
+	for i := range shards {
+		sh := &shards[i]
+		var latencies []time.Duration
+		var last time.Time
+		n := 0
+		for _, ws := range s.workspaces {
+			if ws.shard != sh.Name {
+				continue
+			}
+			n++
+			sp, ok := spans[ws.cluster]
+			if !ok {
+				continue
+			}
+			latencies = append(latencies, max(sp.last.Sub(sp.first), 0))
+			if sp.last.After(last) {
+				last = sp.last
+			}
+		}
+		sh.Workspaces = n
+		p := benchreport.ShardPhase{WorkspaceLatencies: benchreport.NewWorkspaceLatencies(phase, latencies)}
+		if !last.IsZero() {
+			p.WallSeconds = last.Sub(start).Seconds()
+		}
+		sh.Phases = append(sh.Phases, p)
+	}
+	return shards
 }
 
 // memory samples broker's and edge's resident memory and Go heap in use
@@ -167,8 +229,9 @@ func BenchmarkWorkspaces(b *testing.B) {
 	if out == "" {
 		out = testDir(b)
 	}
+	size, shards := wsBenchSizeFromEnv(b)
 	for range b.N {
-		runWorkspacesBench(b, wsBenchSizeFromEnv(b), out)
+		runWorkspacesBench(b, size, shards, out)
 	}
 }
 
@@ -179,7 +242,42 @@ func BenchmarkWorkspaces(b *testing.B) {
 func TestBenchWorkspacesSmoke(t *testing.T) {
 	out := filepath.Join(testDir(t), "bench-workspaces")
 	size := benchSize{workspaces: 4, objects: 2}
-	r := runWorkspacesBench(t, size, out)
+	r := runWorkspacesBench(t, size, 1, out)
+	checkWorkspacesReport(t, r, size, out)
+	if len(r.Shards) != 0 {
+		t.Errorf("figures of %d shards on one kcp", len(r.Shards))
+	}
+}
+
+// TestShardedKCPBenchWorkspacesSmoke runs the workspace bench at 2 × 2 on
+// the shared sharded kcp (started for the TestShardedKCP* tests): besides
+// what the one-kcp smoke checks, one workspace on each shard, and each
+// shard's figures measured.
+func TestShardedKCPBenchWorkspacesSmoke(t *testing.T) {
+	out := filepath.Join(testDir(t), "bench-workspaces")
+	size := benchSize{workspaces: shardedShards, objects: 2}
+	r := runWorkspacesBench(t, size, shardedShards, out)
+	checkWorkspacesReport(t, r, size, out)
+	if len(r.Shards) != shardedShards {
+		t.Fatalf("figures of %d shards; want %d", len(r.Shards), shardedShards)
+	}
+	for _, sh := range r.Shards {
+		if sh.Workspaces != 1 || len(sh.Phases) != 3 {
+			t.Errorf("shard %s: %d workspaces, %d phases; want 1 and 3", sh.Name, sh.Workspaces, len(sh.Phases))
+		}
+		for _, p := range sh.Phases {
+			if len(p.Seconds) != 1 || p.P50 <= 0 || p.WallSeconds < p.Max {
+				t.Errorf("shard %s, %s: %d workspaces done, p50 %.2fs, all done after %.2fs, max %.2fs; want 1, positive, all done after ≥ max",
+					sh.Name, p.Phase, len(p.Seconds), p.P50, p.WallSeconds, p.Max)
+			}
+		}
+	}
+}
+
+// checkWorkspacesReport checks that the smoke run r measured every figure
+// of size and wrote its report to out.
+func checkWorkspacesReport(t *testing.T, r benchreport.WorkspacesReport, size benchSize, out string) {
+	t.Helper()
 	total := size.workspaces * size.objects
 	for _, name := range []string{"create", "status", "delete"} {
 		p, ok := r.Phase(name)

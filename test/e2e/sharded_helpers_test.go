@@ -33,10 +33,17 @@ type shardedEnv struct {
 
 func newShardedEnv(t testing.TB, group, kind, plural string, brokerArgs ...string) *shardedEnv {
 	t.Helper()
+	return newShardedEnvArgs(t, brokerArgs, nil, nil, group, kind, plural)
+}
+
+// newShardedEnvArgs is newShardedEnv with extra flags for the edge too;
+// with via set, the edge dials via(the broker's address) instead.
+func newShardedEnvArgs(t testing.TB, brokerArgs, edgeArgs []string, via func(brokerAddress string) string, group, kind, plural string) *shardedEnv {
+	t.Helper()
 	k, provider := env.sharded.get(t)
 	start := time.Now()
 	ctx := context.Background()
-	p := &pubEnv{label: sanitize(t.Name()), path: provider, kcpConfig: k.Config}
+	p := &pubEnv{label: sanitize(t.Name()), path: provider, kcpConfig: k.Config, edgeArgs: edgeArgs}
 	if len(p.label) > 63 {
 		p.label = p.label[:63]
 	}
@@ -58,6 +65,9 @@ func newShardedEnv(t testing.TB, group, kind, plural string, brokerArgs ...strin
 	}
 	t.Cleanup(func() { stopChecked(t, b.Process) })
 	p.broker = b
+	if via != nil {
+		p.edgeDial = via(b.Address)
+	}
 	if p.kcp, err = framework.KCPClient(k.Config); err != nil {
 		t.Fatal(err)
 	}
