@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -611,20 +612,7 @@ func runBench(tb testing.TB, size benchSize, out string) benchreport.Report {
 	run.Processes = ferry.processUsage(tb)
 	report.Runs = append(report.Runs, run)
 
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	var table strings.Builder
-	if err := report.Table(&table); err != nil {
-		tb.Fatal(err)
-	}
-	fmt.Print(table.String())
-	if err := os.WriteFile(filepath.Join(out, "bench.txt"), []byte(table.String()), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	if err := report.WriteJSON(filepath.Join(out, "bench.json")); err != nil {
-		tb.Fatal(err)
-	}
+	writeReport(tb, out, "bench", &report)
 	f, err := os.Create(filepath.Join(out, "bench.svg"))
 	if err != nil {
 		tb.Fatal(err)
@@ -635,6 +623,32 @@ func runBench(tb testing.TB, size benchSize, out string) benchreport.Report {
 	}
 	tb.Logf("bench results in %s (bench.txt, bench.json, bench.svg)", out)
 	return report
+}
+
+// benchReport is a report the benches print and write as NAME.txt and
+// NAME.json.
+type benchReport interface {
+	Table(io.Writer) error
+	WriteJSON(path string) error
+}
+
+// writeReport prints r's table and writes it and r's JSON into out.
+func writeReport(tb testing.TB, out, name string, r benchReport) {
+	tb.Helper()
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	var table strings.Builder
+	if err := r.Table(&table); err != nil {
+		tb.Fatal(err)
+	}
+	fmt.Print(table.String())
+	if err := os.WriteFile(filepath.Join(out, name+".txt"), []byte(table.String()), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := r.WriteJSON(filepath.Join(out, name+".json")); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // machine describes the machine for the report: CPU model and count.

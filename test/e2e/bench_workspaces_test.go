@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -101,20 +100,7 @@ func runWorkspacesBench(tb testing.TB, size benchSize, shards int, out string) b
 	report.Shards = ferry.addShardPhase(report.Shards, phase.Name, obs)
 	report.Processes = ferry.processUsage(tb)
 
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	var table strings.Builder
-	if err := report.Table(&table); err != nil {
-		tb.Fatal(err)
-	}
-	fmt.Print(table.String())
-	if err := os.WriteFile(filepath.Join(out, "bench-workspaces.txt"), []byte(table.String()), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	if err := report.WriteJSON(filepath.Join(out, "bench-workspaces.json")); err != nil {
-		tb.Fatal(err)
-	}
+	writeReport(tb, out, "bench-workspaces", &report)
 	tb.Logf("workspace bench results in %s (bench-workspaces.txt, bench-workspaces.json)", out)
 	return report
 }

@@ -60,11 +60,10 @@ func StartKCP(ctx context.Context, bin, dir, logDir string) (*KCP, error) {
 			if err := writeStableKubeconfig(k.Kubeconfig, k.StableKubeconfig); err != nil {
 				return false, "admin kubeconfig not written yet: " + err.Error()
 			}
-			cfg, err := clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
+			cfg, err := bulkConfig(k.Kubeconfig)
 			if err != nil {
 				return false, err.Error()
 			}
-			cfg.QPS, cfg.Burst = 100, 200 // tests create objects in bulk
 			k.Config = cfg
 		}
 		return readyz(ctx, k.Config)
@@ -149,4 +148,15 @@ func (k *KCP) Crash(ctx context.Context, outage time.Duration) error {
 		*k.Config = *cfg
 		return true, ""
 	})
+}
+
+// bulkConfig loads kubeconfig with client rate limits raised: tests create
+// objects in bulk.
+func bulkConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return cfg, nil
 }

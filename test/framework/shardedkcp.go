@@ -159,11 +159,10 @@ func StartShardedKCP(ctx context.Context, binDir, dir, logDir string, shards int
 			return false, "no " + ready + " yet"
 		}
 		if k.Config == nil {
-			cfg, err := clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
+			cfg, err := bulkConfig(k.Kubeconfig)
 			if err != nil {
 				return false, err.Error()
 			}
-			cfg.QPS, cfg.Burst = 100, 200 // tests create objects in bulk
 			k.Config = cfg
 		}
 		return readyz(ctx, k.Config)
