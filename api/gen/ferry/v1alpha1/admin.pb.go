@@ -146,6 +146,238 @@ func (IntentPhase) EnumDescriptor() ([]byte, []int) {
 	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{1}
 }
 
+// CreateEnrolmentTokenRequest names the identity to enrol.
+type CreateEnrolmentTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A configured edge identity. Required.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// How long the token may be used. Optional: the broker's default (one
+	// hour); at most 7 days.
+	Ttl           *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateEnrolmentTokenRequest) Reset() {
+	*x = CreateEnrolmentTokenRequest{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateEnrolmentTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateEnrolmentTokenRequest) ProtoMessage() {}
+
+func (x *CreateEnrolmentTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateEnrolmentTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateEnrolmentTokenRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CreateEnrolmentTokenRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *CreateEnrolmentTokenRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+// CreateEnrolmentTokenResponse carries the token; it is shown once.
+type CreateEnrolmentTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token, for ferry-edge --enrolment-token.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// When the token stops being accepted.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The SHA-256 fingerprint of the broker's CA certificate, for
+	// ferry-edge --broker-ca-fingerprint ("sha256:" and 64 hex digits).
+	BrokerCaFingerprint string `protobuf:"bytes,3,opt,name=broker_ca_fingerprint,json=brokerCaFingerprint,proto3" json:"broker_ca_fingerprint,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *CreateEnrolmentTokenResponse) Reset() {
+	*x = CreateEnrolmentTokenResponse{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateEnrolmentTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateEnrolmentTokenResponse) ProtoMessage() {}
+
+func (x *CreateEnrolmentTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateEnrolmentTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateEnrolmentTokenResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateEnrolmentTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CreateEnrolmentTokenResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *CreateEnrolmentTokenResponse) GetBrokerCaFingerprint() string {
+	if x != nil {
+		return x.BrokerCaFingerprint
+	}
+	return ""
+}
+
+// RevokeRequest names what to block: an identity, or one certificate of it.
+type RevokeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The edge identity. Required.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The SHA-256 fingerprint of one certificate of the identity (hex, with
+	// or without "sha256:" and colons). Optional: empty blocks the identity.
+	CertificateSha256 string `protobuf:"bytes,2,opt,name=certificate_sha256,json=certificateSha256,proto3" json:"certificate_sha256,omitempty"`
+	// Why; shown to the edge and in the broker's logs. Required.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeRequest) Reset() {
+	*x = RevokeRequest{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRequest) ProtoMessage() {}
+
+func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RevokeRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *RevokeRequest) GetCertificateSha256() string {
+	if x != nil {
+		return x.CertificateSha256
+	}
+	return ""
+}
+
+func (x *RevokeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RevokeResponse says what the block ended.
+type RevokeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Streams closed by the block.
+	ClosedStreams int32 `protobuf:"varint,1,opt,name=closed_streams,json=closedStreams,proto3" json:"closed_streams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeResponse) Reset() {
+	*x = RevokeResponse{}
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeResponse) ProtoMessage() {}
+
+func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RevokeResponse) GetClosedStreams() int32 {
+	if x != nil {
+		return x.ClosedStreams
+	}
+	return 0
+}
+
 // ListEdgesRequest has no parameters yet.
 type ListEdgesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -155,7 +387,7 @@ type ListEdgesRequest struct {
 
 func (x *ListEdgesRequest) Reset() {
 	*x = ListEdgesRequest{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[0]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +399,7 @@ func (x *ListEdgesRequest) String() string {
 func (*ListEdgesRequest) ProtoMessage() {}
 
 func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[0]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +412,7 @@ func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesRequest.ProtoReflect.Descriptor instead.
 func (*ListEdgesRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{0}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 // ListEdgesResponse lists the edges, ordered by identity.
@@ -194,7 +426,7 @@ type ListEdgesResponse struct {
 
 func (x *ListEdgesResponse) Reset() {
 	*x = ListEdgesResponse{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[1]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -206,7 +438,7 @@ func (x *ListEdgesResponse) String() string {
 func (*ListEdgesResponse) ProtoMessage() {}
 
 func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[1]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -219,7 +451,7 @@ func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesResponse.ProtoReflect.Descriptor instead.
 func (*ListEdgesResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{1}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListEdgesResponse) GetEdges() []*Edge {
@@ -266,7 +498,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[2]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -278,7 +510,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[2]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -291,7 +523,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{2}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Edge) GetIdentity() string {
@@ -422,7 +654,7 @@ type EngineStatus struct {
 
 func (x *EngineStatus) Reset() {
 	*x = EngineStatus{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[3]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +666,7 @@ func (x *EngineStatus) String() string {
 func (*EngineStatus) ProtoMessage() {}
 
 func (x *EngineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[3]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +679,7 @@ func (x *EngineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineStatus.ProtoReflect.Descriptor instead.
 func (*EngineStatus) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{3}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EngineStatus) GetStartedAt() *timestamppb.Timestamp {
@@ -543,7 +775,7 @@ type ResourceObjects struct {
 
 func (x *ResourceObjects) Reset() {
 	*x = ResourceObjects{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[4]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +787,7 @@ func (x *ResourceObjects) String() string {
 func (*ResourceObjects) ProtoMessage() {}
 
 func (x *ResourceObjects) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[4]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +800,7 @@ func (x *ResourceObjects) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceObjects.ProtoReflect.Descriptor instead.
 func (*ResourceObjects) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{4}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResourceObjects) GetPublishedResource() string {
@@ -640,7 +872,7 @@ type ResyncStatus struct {
 
 func (x *ResyncStatus) Reset() {
 	*x = ResyncStatus{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[5]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +884,7 @@ func (x *ResyncStatus) String() string {
 func (*ResyncStatus) ProtoMessage() {}
 
 func (x *ResyncStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[5]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +897,7 @@ func (x *ResyncStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResyncStatus.ProtoReflect.Descriptor instead.
 func (*ResyncStatus) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{5}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResyncStatus) GetSessionId() string {
@@ -742,7 +974,7 @@ type GetObjectStateRequest struct {
 
 func (x *GetObjectStateRequest) Reset() {
 	*x = GetObjectStateRequest{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[6]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +986,7 @@ func (x *GetObjectStateRequest) String() string {
 func (*GetObjectStateRequest) ProtoMessage() {}
 
 func (x *GetObjectStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[6]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +999,7 @@ func (x *GetObjectStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStateRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectStateRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{6}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetObjectStateRequest) GetWorkspace() string {
@@ -844,7 +1076,7 @@ type GetObjectStateResponse struct {
 
 func (x *GetObjectStateResponse) Reset() {
 	*x = GetObjectStateResponse{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[7]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1088,7 @@ func (x *GetObjectStateResponse) String() string {
 func (*GetObjectStateResponse) ProtoMessage() {}
 
 func (x *GetObjectStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[7]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1101,7 @@ func (x *GetObjectStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStateResponse.ProtoReflect.Descriptor instead.
 func (*GetObjectStateResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{7}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetObjectStateResponse) GetIdentity() string {
@@ -982,7 +1214,7 @@ type KCPObjectState struct {
 
 func (x *KCPObjectState) Reset() {
 	*x = KCPObjectState{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[8]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1226,7 @@ func (x *KCPObjectState) String() string {
 func (*KCPObjectState) ProtoMessage() {}
 
 func (x *KCPObjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[8]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1239,7 @@ func (x *KCPObjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KCPObjectState.ProtoReflect.Descriptor instead.
 func (*KCPObjectState) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{8}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KCPObjectState) GetUid() string {
@@ -1087,7 +1319,7 @@ type IntentState struct {
 
 func (x *IntentState) Reset() {
 	*x = IntentState{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[9]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1331,7 @@ func (x *IntentState) String() string {
 func (*IntentState) ProtoMessage() {}
 
 func (x *IntentState) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[9]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1344,7 @@ func (x *IntentState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentState.ProtoReflect.Descriptor instead.
 func (*IntentState) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{9}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *IntentState) GetPhase() IntentPhase {
@@ -1191,7 +1423,7 @@ type AppliedState struct {
 
 func (x *AppliedState) Reset() {
 	*x = AppliedState{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[10]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1435,7 @@ func (x *AppliedState) String() string {
 func (*AppliedState) ProtoMessage() {}
 
 func (x *AppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[10]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1448,7 @@ func (x *AppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedState.ProtoReflect.Descriptor instead.
 func (*AppliedState) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{10}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AppliedState) GetContentHash() string {
@@ -1273,7 +1505,7 @@ type ObjectError struct {
 
 func (x *ObjectError) Reset() {
 	*x = ObjectError{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[11]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1517,7 @@ func (x *ObjectError) String() string {
 func (*ObjectError) ProtoMessage() {}
 
 func (x *ObjectError) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[11]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1530,7 @@ func (x *ObjectError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectError.ProtoReflect.Descriptor instead.
 func (*ObjectError) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{11}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ObjectError) GetSource() string {
@@ -1338,7 +1570,7 @@ type LocalCopy struct {
 
 func (x *LocalCopy) Reset() {
 	*x = LocalCopy{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[12]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1582,7 @@ func (x *LocalCopy) String() string {
 func (*LocalCopy) ProtoMessage() {}
 
 func (x *LocalCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[12]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1595,7 @@ func (x *LocalCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalCopy.ProtoReflect.Descriptor instead.
 func (*LocalCopy) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{12}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LocalCopy) GetNamespace() string {
@@ -1407,7 +1639,7 @@ type ResyncRequest struct {
 
 func (x *ResyncRequest) Reset() {
 	*x = ResyncRequest{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[13]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1651,7 @@ func (x *ResyncRequest) String() string {
 func (*ResyncRequest) ProtoMessage() {}
 
 func (x *ResyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[13]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1664,7 @@ func (x *ResyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResyncRequest.ProtoReflect.Descriptor instead.
 func (*ResyncRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{13}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResyncRequest) GetIdentity() string {
@@ -1474,7 +1706,7 @@ type ResyncResponse struct {
 
 func (x *ResyncResponse) Reset() {
 	*x = ResyncResponse{}
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[14]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1718,7 @@ func (x *ResyncResponse) String() string {
 func (*ResyncResponse) ProtoMessage() {}
 
 func (x *ResyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[14]
+	mi := &file_ferry_v1alpha1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1731,7 @@ func (x *ResyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResyncResponse.ProtoReflect.Descriptor instead.
 func (*ResyncResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{14}
+	return file_ferry_v1alpha1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResyncResponse) GetResync() *ResyncStatus {
@@ -1513,7 +1745,21 @@ var File_ferry_v1alpha1_admin_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1aferry/v1alpha1/admin.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1cferry/v1alpha1/objects.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
+	"\x1aferry/v1alpha1/admin.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1cferry/v1alpha1/objects.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n" +
+	"\x1bCreateEnrolmentTokenRequest\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xa3\x01\n" +
+	"\x1cCreateEnrolmentTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x122\n" +
+	"\x15broker_ca_fingerprint\x18\x03 \x01(\tR\x13brokerCaFingerprint\"r\n" +
+	"\rRevokeRequest\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12-\n" +
+	"\x12certificate_sha256\x18\x02 \x01(\tR\x11certificateSha256\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"7\n" +
+	"\x0eRevokeResponse\x12%\n" +
+	"\x0eclosed_streams\x18\x01 \x01(\x05R\rclosedStreams\"\x12\n" +
 	"\x10ListEdgesRequest\"?\n" +
 	"\x11ListEdgesResponse\x12*\n" +
 	"\x05edges\x18\x01 \x03(\v2\x14.ferry.v1alpha1.EdgeR\x05edges\"\xef\x04\n" +
@@ -1639,11 +1885,13 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\x14INTENT_PHASE_PENDING\x10\x02\x12\x1a\n" +
 	"\x16INTENT_PHASE_IN_FLIGHT\x10\x03\x12\x16\n" +
 	"\x12INTENT_PHASE_ACKED\x10\x04\x12\x17\n" +
-	"\x13INTENT_PHASE_NACKED\x10\x052\x8a\x02\n" +
+	"\x13INTENT_PHASE_NACKED\x10\x052\xc6\x03\n" +
 	"\fAdminService\x12P\n" +
 	"\tListEdges\x12 .ferry.v1alpha1.ListEdgesRequest\x1a!.ferry.v1alpha1.ListEdgesResponse\x12_\n" +
 	"\x0eGetObjectState\x12%.ferry.v1alpha1.GetObjectStateRequest\x1a&.ferry.v1alpha1.GetObjectStateResponse\x12G\n" +
-	"\x06Resync\x12\x1d.ferry.v1alpha1.ResyncRequest\x1a\x1e.ferry.v1alpha1.ResyncResponseBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\x06Resync\x12\x1d.ferry.v1alpha1.ResyncRequest\x1a\x1e.ferry.v1alpha1.ResyncResponse\x12q\n" +
+	"\x14CreateEnrolmentToken\x12+.ferry.v1alpha1.CreateEnrolmentTokenRequest\x1a,.ferry.v1alpha1.CreateEnrolmentTokenResponse\x12G\n" +
+	"\x06Revoke\x12\x1d.ferry.v1alpha1.RevokeRequest\x1a\x1e.ferry.v1alpha1.RevokeResponseBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_admin_proto_rawDescOnce sync.Once
@@ -1658,81 +1906,91 @@ func file_ferry_v1alpha1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1alpha1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ferry_v1alpha1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ferry_v1alpha1_admin_proto_goTypes = []any{
-	(EdgeState)(0),                 // 0: ferry.v1alpha1.EdgeState
-	(IntentPhase)(0),               // 1: ferry.v1alpha1.IntentPhase
-	(*ListEdgesRequest)(nil),       // 2: ferry.v1alpha1.ListEdgesRequest
-	(*ListEdgesResponse)(nil),      // 3: ferry.v1alpha1.ListEdgesResponse
-	(*Edge)(nil),                   // 4: ferry.v1alpha1.Edge
-	(*EngineStatus)(nil),           // 5: ferry.v1alpha1.EngineStatus
-	(*ResourceObjects)(nil),        // 6: ferry.v1alpha1.ResourceObjects
-	(*ResyncStatus)(nil),           // 7: ferry.v1alpha1.ResyncStatus
-	(*GetObjectStateRequest)(nil),  // 8: ferry.v1alpha1.GetObjectStateRequest
-	(*GetObjectStateResponse)(nil), // 9: ferry.v1alpha1.GetObjectStateResponse
-	(*KCPObjectState)(nil),         // 10: ferry.v1alpha1.KCPObjectState
-	(*IntentState)(nil),            // 11: ferry.v1alpha1.IntentState
-	(*AppliedState)(nil),           // 12: ferry.v1alpha1.AppliedState
-	(*ObjectError)(nil),            // 13: ferry.v1alpha1.ObjectError
-	(*LocalCopy)(nil),              // 14: ferry.v1alpha1.LocalCopy
-	(*ResyncRequest)(nil),          // 15: ferry.v1alpha1.ResyncRequest
-	(*ResyncResponse)(nil),         // 16: ferry.v1alpha1.ResyncResponse
-	(*APIExportReference)(nil),     // 17: ferry.v1alpha1.APIExportReference
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
-	(*ExportStatus)(nil),           // 19: ferry.v1alpha1.ExportStatus
-	(Capability)(0),                // 20: ferry.v1alpha1.Capability
-	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
-	(*GroupVersionResource)(nil),   // 22: ferry.v1alpha1.GroupVersionResource
-	(*ObjectKey)(nil),              // 23: ferry.v1alpha1.ObjectKey
-	(*ObjectVersion)(nil),          // 24: ferry.v1alpha1.ObjectVersion
-	(*ApplyError)(nil),             // 25: ferry.v1alpha1.ApplyError
+	(EdgeState)(0),                       // 0: ferry.v1alpha1.EdgeState
+	(IntentPhase)(0),                     // 1: ferry.v1alpha1.IntentPhase
+	(*CreateEnrolmentTokenRequest)(nil),  // 2: ferry.v1alpha1.CreateEnrolmentTokenRequest
+	(*CreateEnrolmentTokenResponse)(nil), // 3: ferry.v1alpha1.CreateEnrolmentTokenResponse
+	(*RevokeRequest)(nil),                // 4: ferry.v1alpha1.RevokeRequest
+	(*RevokeResponse)(nil),               // 5: ferry.v1alpha1.RevokeResponse
+	(*ListEdgesRequest)(nil),             // 6: ferry.v1alpha1.ListEdgesRequest
+	(*ListEdgesResponse)(nil),            // 7: ferry.v1alpha1.ListEdgesResponse
+	(*Edge)(nil),                         // 8: ferry.v1alpha1.Edge
+	(*EngineStatus)(nil),                 // 9: ferry.v1alpha1.EngineStatus
+	(*ResourceObjects)(nil),              // 10: ferry.v1alpha1.ResourceObjects
+	(*ResyncStatus)(nil),                 // 11: ferry.v1alpha1.ResyncStatus
+	(*GetObjectStateRequest)(nil),        // 12: ferry.v1alpha1.GetObjectStateRequest
+	(*GetObjectStateResponse)(nil),       // 13: ferry.v1alpha1.GetObjectStateResponse
+	(*KCPObjectState)(nil),               // 14: ferry.v1alpha1.KCPObjectState
+	(*IntentState)(nil),                  // 15: ferry.v1alpha1.IntentState
+	(*AppliedState)(nil),                 // 16: ferry.v1alpha1.AppliedState
+	(*ObjectError)(nil),                  // 17: ferry.v1alpha1.ObjectError
+	(*LocalCopy)(nil),                    // 18: ferry.v1alpha1.LocalCopy
+	(*ResyncRequest)(nil),                // 19: ferry.v1alpha1.ResyncRequest
+	(*ResyncResponse)(nil),               // 20: ferry.v1alpha1.ResyncResponse
+	(*durationpb.Duration)(nil),          // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),        // 22: google.protobuf.Timestamp
+	(*APIExportReference)(nil),           // 23: ferry.v1alpha1.APIExportReference
+	(*ExportStatus)(nil),                 // 24: ferry.v1alpha1.ExportStatus
+	(Capability)(0),                      // 25: ferry.v1alpha1.Capability
+	(*GroupVersionResource)(nil),         // 26: ferry.v1alpha1.GroupVersionResource
+	(*ObjectKey)(nil),                    // 27: ferry.v1alpha1.ObjectKey
+	(*ObjectVersion)(nil),                // 28: ferry.v1alpha1.ObjectVersion
+	(*ApplyError)(nil),                   // 29: ferry.v1alpha1.ApplyError
 }
 var file_ferry_v1alpha1_admin_proto_depIdxs = []int32{
-	4,  // 0: ferry.v1alpha1.ListEdgesResponse.edges:type_name -> ferry.v1alpha1.Edge
-	17, // 1: ferry.v1alpha1.Edge.export:type_name -> ferry.v1alpha1.APIExportReference
-	0,  // 2: ferry.v1alpha1.Edge.state:type_name -> ferry.v1alpha1.EdgeState
-	18, // 3: ferry.v1alpha1.Edge.connected_at:type_name -> google.protobuf.Timestamp
-	18, // 4: ferry.v1alpha1.Edge.last_seen:type_name -> google.protobuf.Timestamp
-	19, // 5: ferry.v1alpha1.Edge.export_status:type_name -> ferry.v1alpha1.ExportStatus
-	5,  // 6: ferry.v1alpha1.Edge.engine:type_name -> ferry.v1alpha1.EngineStatus
-	20, // 7: ferry.v1alpha1.Edge.capabilities:type_name -> ferry.v1alpha1.Capability
-	18, // 8: ferry.v1alpha1.EngineStatus.started_at:type_name -> google.protobuf.Timestamp
-	21, // 9: ferry.v1alpha1.EngineStatus.oldest_unacknowledged_age:type_name -> google.protobuf.Duration
-	6,  // 10: ferry.v1alpha1.EngineStatus.resources:type_name -> ferry.v1alpha1.ResourceObjects
-	7,  // 11: ferry.v1alpha1.EngineStatus.last_resync:type_name -> ferry.v1alpha1.ResyncStatus
-	22, // 12: ferry.v1alpha1.ResourceObjects.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	18, // 13: ferry.v1alpha1.ResyncStatus.requested_at:type_name -> google.protobuf.Timestamp
-	18, // 14: ferry.v1alpha1.ResyncStatus.completed_at:type_name -> google.protobuf.Timestamp
-	17, // 15: ferry.v1alpha1.GetObjectStateResponse.export:type_name -> ferry.v1alpha1.APIExportReference
-	23, // 16: ferry.v1alpha1.GetObjectStateResponse.key:type_name -> ferry.v1alpha1.ObjectKey
-	10, // 17: ferry.v1alpha1.GetObjectStateResponse.kcp:type_name -> ferry.v1alpha1.KCPObjectState
-	11, // 18: ferry.v1alpha1.GetObjectStateResponse.intent:type_name -> ferry.v1alpha1.IntentState
-	12, // 19: ferry.v1alpha1.GetObjectStateResponse.applied:type_name -> ferry.v1alpha1.AppliedState
-	13, // 20: ferry.v1alpha1.GetObjectStateResponse.last_error:type_name -> ferry.v1alpha1.ObjectError
-	14, // 21: ferry.v1alpha1.GetObjectStateResponse.local_copy:type_name -> ferry.v1alpha1.LocalCopy
-	18, // 22: ferry.v1alpha1.KCPObjectState.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	1,  // 23: ferry.v1alpha1.IntentState.phase:type_name -> ferry.v1alpha1.IntentPhase
-	24, // 24: ferry.v1alpha1.IntentState.version:type_name -> ferry.v1alpha1.ObjectVersion
-	18, // 25: ferry.v1alpha1.IntentState.queued_at:type_name -> google.protobuf.Timestamp
-	18, // 26: ferry.v1alpha1.IntentState.answered_at:type_name -> google.protobuf.Timestamp
-	18, // 27: ferry.v1alpha1.AppliedState.reported_at:type_name -> google.protobuf.Timestamp
-	25, // 28: ferry.v1alpha1.ObjectError.error:type_name -> ferry.v1alpha1.ApplyError
-	18, // 29: ferry.v1alpha1.ObjectError.at:type_name -> google.protobuf.Timestamp
-	18, // 30: ferry.v1alpha1.LocalCopy.reported_at:type_name -> google.protobuf.Timestamp
-	17, // 31: ferry.v1alpha1.ResyncRequest.export:type_name -> ferry.v1alpha1.APIExportReference
-	21, // 32: ferry.v1alpha1.ResyncRequest.wait:type_name -> google.protobuf.Duration
-	7,  // 33: ferry.v1alpha1.ResyncResponse.resync:type_name -> ferry.v1alpha1.ResyncStatus
-	2,  // 34: ferry.v1alpha1.AdminService.ListEdges:input_type -> ferry.v1alpha1.ListEdgesRequest
-	8,  // 35: ferry.v1alpha1.AdminService.GetObjectState:input_type -> ferry.v1alpha1.GetObjectStateRequest
-	15, // 36: ferry.v1alpha1.AdminService.Resync:input_type -> ferry.v1alpha1.ResyncRequest
-	3,  // 37: ferry.v1alpha1.AdminService.ListEdges:output_type -> ferry.v1alpha1.ListEdgesResponse
-	9,  // 38: ferry.v1alpha1.AdminService.GetObjectState:output_type -> ferry.v1alpha1.GetObjectStateResponse
-	16, // 39: ferry.v1alpha1.AdminService.Resync:output_type -> ferry.v1alpha1.ResyncResponse
-	37, // [37:40] is the sub-list for method output_type
-	34, // [34:37] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	21, // 0: ferry.v1alpha1.CreateEnrolmentTokenRequest.ttl:type_name -> google.protobuf.Duration
+	22, // 1: ferry.v1alpha1.CreateEnrolmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 2: ferry.v1alpha1.ListEdgesResponse.edges:type_name -> ferry.v1alpha1.Edge
+	23, // 3: ferry.v1alpha1.Edge.export:type_name -> ferry.v1alpha1.APIExportReference
+	0,  // 4: ferry.v1alpha1.Edge.state:type_name -> ferry.v1alpha1.EdgeState
+	22, // 5: ferry.v1alpha1.Edge.connected_at:type_name -> google.protobuf.Timestamp
+	22, // 6: ferry.v1alpha1.Edge.last_seen:type_name -> google.protobuf.Timestamp
+	24, // 7: ferry.v1alpha1.Edge.export_status:type_name -> ferry.v1alpha1.ExportStatus
+	9,  // 8: ferry.v1alpha1.Edge.engine:type_name -> ferry.v1alpha1.EngineStatus
+	25, // 9: ferry.v1alpha1.Edge.capabilities:type_name -> ferry.v1alpha1.Capability
+	22, // 10: ferry.v1alpha1.EngineStatus.started_at:type_name -> google.protobuf.Timestamp
+	21, // 11: ferry.v1alpha1.EngineStatus.oldest_unacknowledged_age:type_name -> google.protobuf.Duration
+	10, // 12: ferry.v1alpha1.EngineStatus.resources:type_name -> ferry.v1alpha1.ResourceObjects
+	11, // 13: ferry.v1alpha1.EngineStatus.last_resync:type_name -> ferry.v1alpha1.ResyncStatus
+	26, // 14: ferry.v1alpha1.ResourceObjects.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	22, // 15: ferry.v1alpha1.ResyncStatus.requested_at:type_name -> google.protobuf.Timestamp
+	22, // 16: ferry.v1alpha1.ResyncStatus.completed_at:type_name -> google.protobuf.Timestamp
+	23, // 17: ferry.v1alpha1.GetObjectStateResponse.export:type_name -> ferry.v1alpha1.APIExportReference
+	27, // 18: ferry.v1alpha1.GetObjectStateResponse.key:type_name -> ferry.v1alpha1.ObjectKey
+	14, // 19: ferry.v1alpha1.GetObjectStateResponse.kcp:type_name -> ferry.v1alpha1.KCPObjectState
+	15, // 20: ferry.v1alpha1.GetObjectStateResponse.intent:type_name -> ferry.v1alpha1.IntentState
+	16, // 21: ferry.v1alpha1.GetObjectStateResponse.applied:type_name -> ferry.v1alpha1.AppliedState
+	17, // 22: ferry.v1alpha1.GetObjectStateResponse.last_error:type_name -> ferry.v1alpha1.ObjectError
+	18, // 23: ferry.v1alpha1.GetObjectStateResponse.local_copy:type_name -> ferry.v1alpha1.LocalCopy
+	22, // 24: ferry.v1alpha1.KCPObjectState.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	1,  // 25: ferry.v1alpha1.IntentState.phase:type_name -> ferry.v1alpha1.IntentPhase
+	28, // 26: ferry.v1alpha1.IntentState.version:type_name -> ferry.v1alpha1.ObjectVersion
+	22, // 27: ferry.v1alpha1.IntentState.queued_at:type_name -> google.protobuf.Timestamp
+	22, // 28: ferry.v1alpha1.IntentState.answered_at:type_name -> google.protobuf.Timestamp
+	22, // 29: ferry.v1alpha1.AppliedState.reported_at:type_name -> google.protobuf.Timestamp
+	29, // 30: ferry.v1alpha1.ObjectError.error:type_name -> ferry.v1alpha1.ApplyError
+	22, // 31: ferry.v1alpha1.ObjectError.at:type_name -> google.protobuf.Timestamp
+	22, // 32: ferry.v1alpha1.LocalCopy.reported_at:type_name -> google.protobuf.Timestamp
+	23, // 33: ferry.v1alpha1.ResyncRequest.export:type_name -> ferry.v1alpha1.APIExportReference
+	21, // 34: ferry.v1alpha1.ResyncRequest.wait:type_name -> google.protobuf.Duration
+	11, // 35: ferry.v1alpha1.ResyncResponse.resync:type_name -> ferry.v1alpha1.ResyncStatus
+	6,  // 36: ferry.v1alpha1.AdminService.ListEdges:input_type -> ferry.v1alpha1.ListEdgesRequest
+	12, // 37: ferry.v1alpha1.AdminService.GetObjectState:input_type -> ferry.v1alpha1.GetObjectStateRequest
+	19, // 38: ferry.v1alpha1.AdminService.Resync:input_type -> ferry.v1alpha1.ResyncRequest
+	2,  // 39: ferry.v1alpha1.AdminService.CreateEnrolmentToken:input_type -> ferry.v1alpha1.CreateEnrolmentTokenRequest
+	4,  // 40: ferry.v1alpha1.AdminService.Revoke:input_type -> ferry.v1alpha1.RevokeRequest
+	7,  // 41: ferry.v1alpha1.AdminService.ListEdges:output_type -> ferry.v1alpha1.ListEdgesResponse
+	13, // 42: ferry.v1alpha1.AdminService.GetObjectState:output_type -> ferry.v1alpha1.GetObjectStateResponse
+	20, // 43: ferry.v1alpha1.AdminService.Resync:output_type -> ferry.v1alpha1.ResyncResponse
+	3,  // 44: ferry.v1alpha1.AdminService.CreateEnrolmentToken:output_type -> ferry.v1alpha1.CreateEnrolmentTokenResponse
+	5,  // 45: ferry.v1alpha1.AdminService.Revoke:output_type -> ferry.v1alpha1.RevokeResponse
+	41, // [41:46] is the sub-list for method output_type
+	36, // [36:41] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_admin_proto_init() }
@@ -1748,7 +2006,7 @@ func file_ferry_v1alpha1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_admin_proto_rawDesc), len(file_ferry_v1alpha1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,9 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListEdges_FullMethodName      = "/ferry.v1alpha1.AdminService/ListEdges"
-	AdminService_GetObjectState_FullMethodName = "/ferry.v1alpha1.AdminService/GetObjectState"
-	AdminService_Resync_FullMethodName         = "/ferry.v1alpha1.AdminService/Resync"
+	AdminService_ListEdges_FullMethodName            = "/ferry.v1alpha1.AdminService/ListEdges"
+	AdminService_GetObjectState_FullMethodName       = "/ferry.v1alpha1.AdminService/GetObjectState"
+	AdminService_Resync_FullMethodName               = "/ferry.v1alpha1.AdminService/Resync"
+	AdminService_CreateEnrolmentToken_FullMethodName = "/ferry.v1alpha1.AdminService/CreateEnrolmentToken"
+	AdminService_Revoke_FullMethodName               = "/ferry.v1alpha1.AdminService/Revoke"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -47,6 +49,17 @@ type AdminServiceClient interface {
 	// state again. FAILED_PRECONDITION when the edge is not connected or its
 	// build does not support it (CAPABILITY_INVENTORY_REQUEST).
 	Resync(ctx context.Context, in *ResyncRequest, opts ...grpc.CallOption) (*ResyncResponse, error)
+	// CreateEnrolmentToken issues a one-time token with which an edge obtains
+	// a client certificate for the identity (EnrolmentService.Enrol). The
+	// broker keeps only the token's hash. INVALID_ARGUMENT when the identity
+	// is not a configured edge or the lifetime is out of bounds;
+	// FAILED_PRECONDITION when the broker holds no signing CA.
+	CreateEnrolmentToken(ctx context.Context, in *CreateEnrolmentTokenRequest, opts ...grpc.CallOption) (*CreateEnrolmentTokenResponse, error)
+	// Revoke blocks one client certificate (by its SHA-256 fingerprint) or a
+	// whole identity: streams using it end at once, and new streams,
+	// enrolments and renewals are refused with the reason. The block is kept
+	// in kcp and survives restarts.
+	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
 }
 
 type adminServiceClient struct {
@@ -87,6 +100,26 @@ func (c *adminServiceClient) Resync(ctx context.Context, in *ResyncRequest, opts
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateEnrolmentToken(ctx context.Context, in *CreateEnrolmentTokenRequest, opts ...grpc.CallOption) (*CreateEnrolmentTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateEnrolmentTokenResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateEnrolmentToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeResponse)
+	err := c.cc.Invoke(ctx, AdminService_Revoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -107,6 +140,17 @@ type AdminServiceServer interface {
 	// state again. FAILED_PRECONDITION when the edge is not connected or its
 	// build does not support it (CAPABILITY_INVENTORY_REQUEST).
 	Resync(context.Context, *ResyncRequest) (*ResyncResponse, error)
+	// CreateEnrolmentToken issues a one-time token with which an edge obtains
+	// a client certificate for the identity (EnrolmentService.Enrol). The
+	// broker keeps only the token's hash. INVALID_ARGUMENT when the identity
+	// is not a configured edge or the lifetime is out of bounds;
+	// FAILED_PRECONDITION when the broker holds no signing CA.
+	CreateEnrolmentToken(context.Context, *CreateEnrolmentTokenRequest) (*CreateEnrolmentTokenResponse, error)
+	// Revoke blocks one client certificate (by its SHA-256 fingerprint) or a
+	// whole identity: streams using it end at once, and new streams,
+	// enrolments and renewals are refused with the reason. The block is kept
+	// in kcp and survives restarts.
+	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -125,6 +169,12 @@ func (UnimplementedAdminServiceServer) GetObjectState(context.Context, *GetObjec
 }
 func (UnimplementedAdminServiceServer) Resync(context.Context, *ResyncRequest) (*ResyncResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resync not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateEnrolmentToken(context.Context, *CreateEnrolmentTokenRequest) (*CreateEnrolmentTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateEnrolmentToken not implemented")
+}
+func (UnimplementedAdminServiceServer) Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -201,6 +251,42 @@ func _AdminService_Resync_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateEnrolmentToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateEnrolmentTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateEnrolmentToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateEnrolmentToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateEnrolmentToken(ctx, req.(*CreateEnrolmentTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_Revoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).Revoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_Revoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).Revoke(ctx, req.(*RevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -219,6 +305,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resync",
 			Handler:    _AdminService_Resync_Handler,
+		},
+		{
+			MethodName: "CreateEnrolmentToken",
+			Handler:    _AdminService_CreateEnrolmentToken_Handler,
+		},
+		{
+			MethodName: "Revoke",
+			Handler:    _AdminService_Revoke_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

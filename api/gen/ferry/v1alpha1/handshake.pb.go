@@ -41,6 +41,9 @@ const (
 	// inventory again on a running stream (AdminService.Resync). An edge that
 	// does not announce it is never sent one.
 	Capability_CAPABILITY_INVENTORY_REQUEST Capability = 4
+	// CertificateRenewal / IssuedCertificate messages: the broker holds a
+	// signing CA and renews the edge's client certificate over the stream.
+	Capability_CAPABILITY_CERTIFICATE_RENEWAL Capability = 5
 )
 
 // Enum value maps for Capability.
@@ -51,13 +54,15 @@ var (
 		2: "CAPABILITY_RELATED_OBJECTS",
 		3: "CAPABILITY_INVENTORY_RESYNC",
 		4: "CAPABILITY_INVENTORY_REQUEST",
+		5: "CAPABILITY_CERTIFICATE_RENEWAL",
 	}
 	Capability_value = map[string]int32{
-		"CAPABILITY_UNSPECIFIED":       0,
-		"CAPABILITY_STATUS":            1,
-		"CAPABILITY_RELATED_OBJECTS":   2,
-		"CAPABILITY_INVENTORY_RESYNC":  3,
-		"CAPABILITY_INVENTORY_REQUEST": 4,
+		"CAPABILITY_UNSPECIFIED":         0,
+		"CAPABILITY_STATUS":              1,
+		"CAPABILITY_RELATED_OBJECTS":     2,
+		"CAPABILITY_INVENTORY_RESYNC":    3,
+		"CAPABILITY_INVENTORY_REQUEST":   4,
+		"CAPABILITY_CERTIFICATE_RENEWAL": 5,
 	}
 )
 
@@ -629,14 +634,15 @@ const file_ferry_v1alpha1_handshake_proto_rawDesc = "" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x03 \x01(\tR\tlastError\x120\n" +
-	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since*\xa2\x01\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since*\xc6\x01\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CAPABILITY_STATUS\x10\x01\x12\x1e\n" +
 	"\x1aCAPABILITY_RELATED_OBJECTS\x10\x02\x12\x1f\n" +
 	"\x1bCAPABILITY_INVENTORY_RESYNC\x10\x03\x12 \n" +
-	"\x1cCAPABILITY_INVENTORY_REQUEST\x10\x04BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\x1cCAPABILITY_INVENTORY_REQUEST\x10\x04\x12\"\n" +
+	"\x1eCAPABILITY_CERTIFICATE_RENEWAL\x10\x05BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_handshake_proto_rawDescOnce sync.Once

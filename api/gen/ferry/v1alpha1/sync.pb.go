@@ -59,6 +59,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_RelatedObjectReport
 	//	*ConnectRequest_DeletionConfirmation
 	//	*ConnectRequest_ResendRequest
+	//	*ConnectRequest_CertificateRenewal
 	Message       isConnectRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -191,6 +192,15 @@ func (x *ConnectRequest) GetResendRequest() *ResendRequest {
 	return nil
 }
 
+func (x *ConnectRequest) GetCertificateRenewal() *CertificateRenewal {
+	if x != nil {
+		if x, ok := x.Message.(*ConnectRequest_CertificateRenewal); ok {
+			return x.CertificateRenewal
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Message interface {
 	isConnectRequest_Message()
 }
@@ -245,6 +255,11 @@ type ConnectRequest_ResendRequest struct {
 	ResendRequest *ResendRequest `protobuf:"bytes,10,opt,name=resend_request,json=resendRequest,proto3,oneof"`
 }
 
+type ConnectRequest_CertificateRenewal struct {
+	// Asks for a new client certificate (CAPABILITY_CERTIFICATE_RENEWAL).
+	CertificateRenewal *CertificateRenewal `protobuf:"bytes,11,opt,name=certificate_renewal,json=certificateRenewal,proto3,oneof"`
+}
+
 func (*ConnectRequest_Hello) isConnectRequest_Message() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Message() {}
@@ -265,6 +280,8 @@ func (*ConnectRequest_DeletionConfirmation) isConnectRequest_Message() {}
 
 func (*ConnectRequest_ResendRequest) isConnectRequest_Message() {}
 
+func (*ConnectRequest_CertificateRenewal) isConnectRequest_Message() {}
+
 // ConnectResponse is one message from the broker to the edge.
 type ConnectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -280,6 +297,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_ExportStatus
 	//	*ConnectResponse_ResyncComplete
 	//	*ConnectResponse_InventoryRequest
+	//	*ConnectResponse_IssuedCertificate
 	Message       isConnectResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -394,6 +412,15 @@ func (x *ConnectResponse) GetInventoryRequest() *InventoryRequest {
 	return nil
 }
 
+func (x *ConnectResponse) GetIssuedCertificate() *IssuedCertificate {
+	if x != nil {
+		if x, ok := x.Message.(*ConnectResponse_IssuedCertificate); ok {
+			return x.IssuedCertificate
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Message interface {
 	isConnectResponse_Message()
 }
@@ -442,6 +469,11 @@ type ConnectResponse_InventoryRequest struct {
 	InventoryRequest *InventoryRequest `protobuf:"bytes,8,opt,name=inventory_request,json=inventoryRequest,proto3,oneof"`
 }
 
+type ConnectResponse_IssuedCertificate struct {
+	// Answer to a CertificateRenewal.
+	IssuedCertificate *IssuedCertificate `protobuf:"bytes,9,opt,name=issued_certificate,json=issuedCertificate,proto3,oneof"`
+}
+
 func (*ConnectResponse_Hello) isConnectResponse_Message() {}
 
 func (*ConnectResponse_Heartbeat) isConnectResponse_Message() {}
@@ -458,11 +490,13 @@ func (*ConnectResponse_ResyncComplete) isConnectResponse_Message() {}
 
 func (*ConnectResponse_InventoryRequest) isConnectResponse_Message() {}
 
+func (*ConnectResponse_IssuedCertificate) isConnectResponse_Message() {}
+
 var File_ferry_v1alpha1_sync_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_sync_proto_rawDesc = "" +
 	"\n" +
-	"\x19ferry/v1alpha1/sync.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1cferry/v1alpha1/objects.proto\x1a\x1cferry/v1alpha1/publish.proto\"\xbe\x05\n" +
+	"\x19ferry/v1alpha1/sync.proto\x12\x0eferry.v1alpha1\x1a\x1eferry/v1alpha1/enrolment.proto\x1a\x1eferry/v1alpha1/handshake.proto\x1a\x1cferry/v1alpha1/objects.proto\x1a\x1cferry/v1alpha1/publish.proto\"\x95\x06\n" +
 	"\x0eConnectRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.ferry.v1alpha1.EdgeHelloH\x00R\x05hello\x129\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x19.ferry.v1alpha1.HeartbeatH\x00R\theartbeat\x123\n" +
@@ -474,8 +508,9 @@ const file_ferry_v1alpha1_sync_proto_rawDesc = "" +
 	"\x15related_object_report\x18\b \x01(\v2#.ferry.v1alpha1.RelatedObjectReportH\x00R\x13relatedObjectReport\x12[\n" +
 	"\x15deletion_confirmation\x18\t \x01(\v2$.ferry.v1alpha1.DeletionConfirmationH\x00R\x14deletionConfirmation\x12F\n" +
 	"\x0eresend_request\x18\n" +
-	" \x01(\v2\x1d.ferry.v1alpha1.ResendRequestH\x00R\rresendRequestB\t\n" +
-	"\amessage\"\xb0\x04\n" +
+	" \x01(\v2\x1d.ferry.v1alpha1.ResendRequestH\x00R\rresendRequest\x12U\n" +
+	"\x13certificate_renewal\x18\v \x01(\v2\".ferry.v1alpha1.CertificateRenewalH\x00R\x12certificateRenewalB\t\n" +
+	"\amessage\"\x84\x05\n" +
 	"\x0fConnectResponse\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.ferry.v1alpha1.BrokerHelloH\x00R\x05hello\x129\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x19.ferry.v1alpha1.HeartbeatH\x00R\theartbeat\x12F\n" +
@@ -484,7 +519,8 @@ const file_ferry_v1alpha1_sync_proto_rawDesc = "" +
 	"\rreport_result\x18\x05 \x01(\v2\x1c.ferry.v1alpha1.ReportResultH\x00R\freportResult\x12C\n" +
 	"\rexport_status\x18\x06 \x01(\v2\x1c.ferry.v1alpha1.ExportStatusH\x00R\fexportStatus\x12I\n" +
 	"\x0fresync_complete\x18\a \x01(\v2\x1e.ferry.v1alpha1.ResyncCompleteH\x00R\x0eresyncComplete\x12O\n" +
-	"\x11inventory_request\x18\b \x01(\v2 .ferry.v1alpha1.InventoryRequestH\x00R\x10inventoryRequestB\t\n" +
+	"\x11inventory_request\x18\b \x01(\v2 .ferry.v1alpha1.InventoryRequestH\x00R\x10inventoryRequest\x12R\n" +
+	"\x12issued_certificate\x18\t \x01(\v2!.ferry.v1alpha1.IssuedCertificateH\x00R\x11issuedCertificateB\t\n" +
 	"\amessage2]\n" +
 	"\vSyncService\x12N\n" +
 	"\aConnect\x12\x1e.ferry.v1alpha1.ConnectRequest\x1a\x1f.ferry.v1alpha1.ConnectResponse(\x010\x01BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
@@ -515,13 +551,15 @@ var file_ferry_v1alpha1_sync_proto_goTypes = []any{
 	(*RelatedObjectReport)(nil),  // 9: ferry.v1alpha1.RelatedObjectReport
 	(*DeletionConfirmation)(nil), // 10: ferry.v1alpha1.DeletionConfirmation
 	(*ResendRequest)(nil),        // 11: ferry.v1alpha1.ResendRequest
-	(*BrokerHello)(nil),          // 12: ferry.v1alpha1.BrokerHello
-	(*PublishResult)(nil),        // 13: ferry.v1alpha1.PublishResult
-	(*SyncIntent)(nil),           // 14: ferry.v1alpha1.SyncIntent
-	(*ReportResult)(nil),         // 15: ferry.v1alpha1.ReportResult
-	(*ExportStatus)(nil),         // 16: ferry.v1alpha1.ExportStatus
-	(*ResyncComplete)(nil),       // 17: ferry.v1alpha1.ResyncComplete
-	(*InventoryRequest)(nil),     // 18: ferry.v1alpha1.InventoryRequest
+	(*CertificateRenewal)(nil),   // 12: ferry.v1alpha1.CertificateRenewal
+	(*BrokerHello)(nil),          // 13: ferry.v1alpha1.BrokerHello
+	(*PublishResult)(nil),        // 14: ferry.v1alpha1.PublishResult
+	(*SyncIntent)(nil),           // 15: ferry.v1alpha1.SyncIntent
+	(*ReportResult)(nil),         // 16: ferry.v1alpha1.ReportResult
+	(*ExportStatus)(nil),         // 17: ferry.v1alpha1.ExportStatus
+	(*ResyncComplete)(nil),       // 18: ferry.v1alpha1.ResyncComplete
+	(*InventoryRequest)(nil),     // 19: ferry.v1alpha1.InventoryRequest
+	(*IssuedCertificate)(nil),    // 20: ferry.v1alpha1.IssuedCertificate
 }
 var file_ferry_v1alpha1_sync_proto_depIdxs = []int32{
 	2,  // 0: ferry.v1alpha1.ConnectRequest.hello:type_name -> ferry.v1alpha1.EdgeHello
@@ -534,21 +572,23 @@ var file_ferry_v1alpha1_sync_proto_depIdxs = []int32{
 	9,  // 7: ferry.v1alpha1.ConnectRequest.related_object_report:type_name -> ferry.v1alpha1.RelatedObjectReport
 	10, // 8: ferry.v1alpha1.ConnectRequest.deletion_confirmation:type_name -> ferry.v1alpha1.DeletionConfirmation
 	11, // 9: ferry.v1alpha1.ConnectRequest.resend_request:type_name -> ferry.v1alpha1.ResendRequest
-	12, // 10: ferry.v1alpha1.ConnectResponse.hello:type_name -> ferry.v1alpha1.BrokerHello
-	3,  // 11: ferry.v1alpha1.ConnectResponse.heartbeat:type_name -> ferry.v1alpha1.Heartbeat
-	13, // 12: ferry.v1alpha1.ConnectResponse.publish_result:type_name -> ferry.v1alpha1.PublishResult
-	14, // 13: ferry.v1alpha1.ConnectResponse.intent:type_name -> ferry.v1alpha1.SyncIntent
-	15, // 14: ferry.v1alpha1.ConnectResponse.report_result:type_name -> ferry.v1alpha1.ReportResult
-	16, // 15: ferry.v1alpha1.ConnectResponse.export_status:type_name -> ferry.v1alpha1.ExportStatus
-	17, // 16: ferry.v1alpha1.ConnectResponse.resync_complete:type_name -> ferry.v1alpha1.ResyncComplete
-	18, // 17: ferry.v1alpha1.ConnectResponse.inventory_request:type_name -> ferry.v1alpha1.InventoryRequest
-	0,  // 18: ferry.v1alpha1.SyncService.Connect:input_type -> ferry.v1alpha1.ConnectRequest
-	1,  // 19: ferry.v1alpha1.SyncService.Connect:output_type -> ferry.v1alpha1.ConnectResponse
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	12, // 10: ferry.v1alpha1.ConnectRequest.certificate_renewal:type_name -> ferry.v1alpha1.CertificateRenewal
+	13, // 11: ferry.v1alpha1.ConnectResponse.hello:type_name -> ferry.v1alpha1.BrokerHello
+	3,  // 12: ferry.v1alpha1.ConnectResponse.heartbeat:type_name -> ferry.v1alpha1.Heartbeat
+	14, // 13: ferry.v1alpha1.ConnectResponse.publish_result:type_name -> ferry.v1alpha1.PublishResult
+	15, // 14: ferry.v1alpha1.ConnectResponse.intent:type_name -> ferry.v1alpha1.SyncIntent
+	16, // 15: ferry.v1alpha1.ConnectResponse.report_result:type_name -> ferry.v1alpha1.ReportResult
+	17, // 16: ferry.v1alpha1.ConnectResponse.export_status:type_name -> ferry.v1alpha1.ExportStatus
+	18, // 17: ferry.v1alpha1.ConnectResponse.resync_complete:type_name -> ferry.v1alpha1.ResyncComplete
+	19, // 18: ferry.v1alpha1.ConnectResponse.inventory_request:type_name -> ferry.v1alpha1.InventoryRequest
+	20, // 19: ferry.v1alpha1.ConnectResponse.issued_certificate:type_name -> ferry.v1alpha1.IssuedCertificate
+	0,  // 20: ferry.v1alpha1.SyncService.Connect:input_type -> ferry.v1alpha1.ConnectRequest
+	1,  // 21: ferry.v1alpha1.SyncService.Connect:output_type -> ferry.v1alpha1.ConnectResponse
+	21, // [21:22] is the sub-list for method output_type
+	20, // [20:21] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_sync_proto_init() }
@@ -556,6 +596,7 @@ func file_ferry_v1alpha1_sync_proto_init() {
 	if File_ferry_v1alpha1_sync_proto != nil {
 		return
 	}
+	file_ferry_v1alpha1_enrolment_proto_init()
 	file_ferry_v1alpha1_handshake_proto_init()
 	file_ferry_v1alpha1_objects_proto_init()
 	file_ferry_v1alpha1_publish_proto_init()
@@ -570,6 +611,7 @@ func file_ferry_v1alpha1_sync_proto_init() {
 		(*ConnectRequest_RelatedObjectReport)(nil),
 		(*ConnectRequest_DeletionConfirmation)(nil),
 		(*ConnectRequest_ResendRequest)(nil),
+		(*ConnectRequest_CertificateRenewal)(nil),
 	}
 	file_ferry_v1alpha1_sync_proto_msgTypes[1].OneofWrappers = []any{
 		(*ConnectResponse_Hello)(nil),
@@ -580,6 +622,7 @@ func file_ferry_v1alpha1_sync_proto_init() {
 		(*ConnectResponse_ExportStatus)(nil),
 		(*ConnectResponse_ResyncComplete)(nil),
 		(*ConnectResponse_InventoryRequest)(nil),
+		(*ConnectResponse_IssuedCertificate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -57,7 +57,11 @@ type SyncServiceClient interface {
 	//	                    APIExport cannot be found in kcp;
 	//	INVALID_ARGUMENT    the first message is not an EdgeHello, or a message
 	//	                    breaks the protocol;
-	//	UNAVAILABLE         the broker is shutting down (reconnect later).
+	//	UNAVAILABLE         the broker is shutting down (reconnect later);
+	//	UNAUTHENTICATED     the client certificate is revoked or its identity
+	//	                    blocked (the message names which and why), or it
+	//	                    expired while the stream ran (reconnect with the
+	//	                    renewed certificate).
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectRequest, ConnectResponse], error)
 }
 
@@ -96,7 +100,11 @@ type SyncServiceServer interface {
 	//	                    APIExport cannot be found in kcp;
 	//	INVALID_ARGUMENT    the first message is not an EdgeHello, or a message
 	//	                    breaks the protocol;
-	//	UNAVAILABLE         the broker is shutting down (reconnect later).
+	//	UNAVAILABLE         the broker is shutting down (reconnect later);
+	//	UNAUTHENTICATED     the client certificate is revoked or its identity
+	//	                    blocked (the message names which and why), or it
+	//	                    expired while the stream ran (reconnect with the
+	//	                    renewed certificate).
 	Connect(grpc.BidiStreamingServer[ConnectRequest, ConnectResponse]) error
 	mustEmbedUnimplementedSyncServiceServer()
 }
