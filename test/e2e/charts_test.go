@@ -405,6 +405,35 @@ func TestChartsEdgeTemplate(t *testing.T) {
 		}
 		assertServiceMonitor(t, objs, "svc-side-ferry-edge", "30s")
 	})
+
+	// Enrolment: the edge gets a token file and the broker CA's fingerprint
+	// instead of a certificate and CA bundle, and keeps its credentials in
+	// a Secret of the release namespace.
+	t.Run("enrolment", func(t *testing.T) {
+		fp := "sha256:" + strings.Repeat("ab", 32)
+		objs := render(t, h, edgeChart, "ferry-edge", "ferry-system", append([]string{"--set", "enrolment.enabled=true",
+			"--set", "enrolment.brokerCAFingerprint=" + fp, "--set", "tls.existingSecret="}, minimalEdgeValues...)...)
+		dep := deployment(t, objs, "ferry-edge")
+		c := onlyContainer(t, dep)
+		assertArgs(t, c.Args, "--enrolment-token-file=/etc/ferry/enrolment/token", "--broker-ca-fingerprint="+fp,
+			"--credentials-secret=ferry-system/ferry-edge-credentials")
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--tls-cert") || strings.HasPrefix(a, "--broker-ca=") {
+				t.Errorf("enrolled edge given %s", a)
+			}
+		}
+		assertFlagsKnown(t, env.bins.Edge, c.Args)
+		assertRestricted(t, dep)
+		assertVolumeSecret(t, dep, "enrolment", "ferry-edge-enrolment")
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			if v.Name == "tls" || v.Name == "broker-ca" {
+				t.Errorf("enrolled edge mounts volume %s", v.Name)
+			}
+			if v.Name == "enrolment" && (v.Secret.Optional == nil || !*v.Secret.Optional) {
+				t.Error("the token Secret must be optional: it may be deleted once the edge enrolled")
+			}
+		}
+	})
 }
 
 // TestChartsRejectBadValues: the values schemas and the charts' own checks
@@ -432,6 +461,13 @@ func TestChartsRejectBadValues(t *testing.T) {
 			"certManager.enabled needs certManager.issuerRef.name"},
 		{"replicas without leader election", "template", edgeChart, append([]string{"--set", "leaderElection.enabled=false"}, minimalEdgeValues...),
 			"replicaCount above 1 needs leaderElection.enabled"},
+		{"enrolment without fingerprint", "template", edgeChart, append([]string{"--set", "enrolment.enabled=true"}, minimalEdgeValues...),
+			"enrolment.enabled needs enrolment.brokerCAFingerprint"},
+		{"enrolment with a bad fingerprint", "template", edgeChart, append([]string{"--set", "enrolment.brokerCAFingerprint=AB:CD"}, minimalEdgeValues...),
+			"at '/enrolment/brokerCAFingerprint': 'AB:CD' does not match pattern"},
+		{"enrolment and cert-manager", "template", edgeChart, append([]string{"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint=sha256:" + strings.Repeat("0", 64),
+			"--set", "certManager.enabled=true", "--set", "certManager.identity=spiffe://example.com/e", "--set", "certManager.issuerRef.name=ca"}, minimalEdgeValues...),
+			"enrolment.enabled and certManager.enabled exclude each other"},
 		{"no kcp credentials", "template", brokerChart, []string{"--set", "kcp.existingSecret="}, "set kcp.kubeconfig (the kubeconfig's content) or kcp.existingSecret"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
