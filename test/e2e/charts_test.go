@@ -208,6 +208,9 @@ func TestChartsBrokerTemplate(t *testing.T) {
 			"--tls-cert=/etc/ferry/tls/tls.crt", "--tls-key=/etc/ferry/tls/tls.key", "--client-ca=/etc/ferry/client-ca/ca.crt",
 			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--zap-log-level=info")
 		assertNoArgPrefix(t, c.Args, "--pprof-bind-address")
+		// No signing CA without cert-manager or enrolment.signingSecret:
+		// enrolment is off.
+		assertNoArgPrefix(t, c.Args, "--edge-signing-cert")
 		assertPorts(t, c, map[string]int32{"grpc": 8443, "metrics": 8080, "health": 8081})
 		assertProbes(t, c)
 		assertRestricted(t, dep)
@@ -255,6 +258,10 @@ func TestChartsBrokerTemplate(t *testing.T) {
 		assertVolumeSecret(t, dep, "kcp", "kcp-side-ferry-broker-kcp")
 		assertVolumeSecret(t, dep, "tls", "kcp-side-ferry-broker-tls")
 		assertVolumeSecret(t, dep, "client-ca", "kcp-side-ferry-broker-tls")
+		// The chart's own CA signs enrolled edges' certificates.
+		assertArgs(t, c.Args, "--edge-signing-cert=/etc/ferry/edge-signing/tls.crt", "--edge-signing-key=/etc/ferry/edge-signing/tls.key",
+			"--edge-certificate-lifetime=24h", "--enrolment-token-ttl=1h", "--state-namespace=default")
+		assertVolumeSecret(t, dep, "edge-signing", "kcp-side-ferry-broker-ca")
 		if dep.Spec.Template.Annotations["checksum/config"] == "" || dep.Spec.Template.Annotations["checksum/kcp"] == "" {
 			t.Errorf("pod annotations %v: want checksums of the configuration and the kubeconfig (a change restarts the broker)", dep.Spec.Template.Annotations)
 		}
