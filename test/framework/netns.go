@@ -157,6 +157,19 @@ func (n *NetNS) Interfaces() ([]net.Interface, error) {
 	return ifs, err
 }
 
+// Holds tells whether the process pid is in the namespace (both name the
+// same namespace inode).
+func (n *NetNS) Holds(pid int) (bool, error) {
+	var want, got unix.Stat_t
+	if err := unix.Stat(n.path, &want); err != nil {
+		return false, fmt.Errorf("network namespace %s: %w", n.Name, err)
+	}
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &got); err != nil {
+		return false, fmt.Errorf("network namespace of process %d: %w", pid, err)
+	}
+	return want.Dev == got.Dev && want.Ino == got.Ino, nil
+}
+
 // Gateway is the namespace's one way out: it listens on 127.0.0.1 inside
 // the namespace and forwards every connection to target, an address the
 // host can reach (the broker's port, or a proxy). It returns the address to

@@ -126,12 +126,33 @@ func TestNetNS(t *testing.T) {
 		t.Errorf("the namespace's listener %s is reachable from the host", inside.Addr())
 	}
 
-	// A process started in the namespace sees its interfaces only.
+	// A process started in the namespace is in it, and sees its interfaces
+	// only.
+	sleeper, err := ns.StartProcess("sleeper", "/bin/sleep", []string{"60"}, nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Kill()
+	waitFor := time.Now().Add(10 * time.Second)
+	for {
+		in, err := ns.Holds(sleeper.Pid())
+		if err == nil && in {
+			break
+		}
+		// Until ip has entered the namespace and exec'd sleep.
+		if time.Now().After(waitFor) {
+			t.Fatalf("Holds(a process started in the namespace) = %t, %v; want true", in, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	p, err := ns.StartProcess("netdev", "/bin/cat", []string{"/proc/self/net/dev"}, nil, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-p.Exited()
+	if in, err := ns.Holds(os.Getpid()); err != nil || in {
+		t.Errorf("Holds(the test process) = %t, %v; want false", in, err)
+	}
 	if err := p.ExitErr(); err != nil {
 		t.Fatalf("cat in the namespace: %v", err)
 	}
