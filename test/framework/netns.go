@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -44,8 +46,17 @@ type NetNS struct {
 	wg        sync.WaitGroup
 }
 
-// NewNetNS creates a network namespace named ferry-e2e-<random> with its
-// loopback interface up. Close removes it.
+// netnsPrefix starts the names of the namespaces NewNetNS makes; the
+// creating process's pid follows.
+const netnsPrefix = "ferry-e2e-"
+
+// netnsDir is where `ip netns` keeps its namespaces' bind mounts.
+const netnsDir = "/var/run/netns"
+
+// NewNetNS creates a network namespace named ferry-e2e-<pid>-<random> with
+// its loopback interface up. Close removes it. Namespaces that an earlier
+// test process left behind (killed by a timeout before its cleanups ran)
+// are removed first: those whose creating process is gone.
 func NewNetNS(ctx context.Context) (*NetNS, error) {
 	ipBin, err := exec.LookPath("ip")
 	if err != nil {
@@ -56,11 +67,14 @@ func NewNetNS(ctx context.Context) (*NetNS, error) {
 		return nil, err
 	}
 	n := &NetNS{
-		Name:  "ferry-e2e-" + hex.EncodeToString(suffix),
+		Name:  fmt.Sprintf("%s%d-%s", netnsPrefix, os.Getpid(), hex.EncodeToString(suffix)),
 		ipBin: ipBin,
 		conns: map[net.Conn]struct{}{},
 	}
-	n.path = filepath.Join("/var/run/netns", n.Name)
+	n.path = filepath.Join(netnsDir, n.Name)
+	if err := n.removeOrphans(ctx); err != nil {
+		return nil, err
+	}
 	if err := n.ip(ctx, "netns", "add", n.Name); err != nil {
 		return nil, err
 	}
@@ -69,6 +83,36 @@ func NewNetNS(ctx context.Context) (*NetNS, error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n, nil
+}
+
+// removeOrphans deletes the namespaces named by NewNetNS whose creating
+// process no longer runs.
+func (n *NetNS) removeOrphans(ctx context.Context) error {
+	entries, err := os.ReadDir(netnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), netnsPrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil {
+			continue // not named by NewNetNS
+		}
+		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); !errors.Is(err, os.ErrNotExist) {
+			continue // its creator still runs (or cannot be told)
+		}
+		if err := n.ip(ctx, "netns", "delete", e.Name()); err != nil {
+			return fmt.Errorf("removing orphaned network namespace: %w", err)
+		}
+	}
+	return nil
 }
 
 func (n *NetNS) ip(ctx context.Context, args ...string) error {

@@ -3,9 +3,12 @@ package framework
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -174,11 +177,51 @@ func TestNetNS(t *testing.T) {
 	if err := ns.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat("/var/run/netns/" + ns.Name); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(netnsDir, ns.Name)); !os.IsNotExist(err) {
 		t.Errorf("namespace %s still exists after Close: %v", ns.Name, err)
 	}
 	if c, err := net.Dial("tcp", fwd); err == nil {
 		c.Close()
 		t.Errorf("the forward %s still accepts after Close", fwd)
+	}
+}
+
+func TestNetNSRemovesOrphans(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root; CI runs the tests as root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A pid that no longer runs: a child that has exited and been reaped.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := fmt.Sprintf("%s%d-orphan", netnsPrefix, dead.Process.Pid)
+	// One whose creator runs: this test process.
+	alive := fmt.Sprintf("%s%d-alive", netnsPrefix, os.Getpid())
+	for _, name := range []string{orphan, alive} {
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", name).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+		}
+	}
+	defer func() {
+		for _, name := range []string{orphan, alive} {
+			if _, err := os.Stat(filepath.Join(netnsDir, name)); err == nil {
+				_ = exec.Command("ip", "netns", "delete", name).Run()
+			}
+		}
+	}()
+
+	ns, err := NewNetNS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if _, err := os.Stat(filepath.Join(netnsDir, orphan)); !os.IsNotExist(err) {
+		t.Errorf("orphaned namespace %s survived NewNetNS: %v", orphan, err)
+	}
+	if _, err := os.Stat(filepath.Join(netnsDir, alive)); err != nil {
+		t.Errorf("namespace %s of a running process was removed: %v", alive, err)
 	}
 }
