@@ -44,6 +44,16 @@ type pubEnv struct {
 	// edgeDial, when set, is the address edges dial instead of the
 	// broker's (a proxy in front of it).
 	edgeDial string
+	// service is the edge's service cluster; nil is the suite's.
+	service *framework.ServiceCluster
+}
+
+// serviceCluster is the environment's service cluster.
+func (e *pubEnv) serviceCluster() *framework.ServiceCluster {
+	if e.service != nil {
+		return e.service
+	}
+	return env.service
 }
 
 const testLabel = "e2e.ferry.dev/test"
@@ -96,22 +106,16 @@ func (e *pubEnv) startEdge(t testing.TB) *framework.Process {
 	return startEdge(t, "edge", e.pki, "edge", addr, append([]string{"--published-resource-selector", testLabel + "=" + e.label}, e.edgeArgs...)...)
 }
 
-// apply server-side-applies a typed object to the service cluster.
+// apply server-side-applies a typed object to the suite's service cluster.
 func apply(t testing.TB, obj runtime.Object) {
 	t.Helper()
-	u, err := framework.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := framework.Apply(context.Background(), env.service.Config, u); err != nil {
-		t.Fatal(err)
-	}
+	applyTo(t, env.service, obj)
 }
 
 // publish applies a PublishedResource labelled for this environment.
 func (e *pubEnv) publish(t testing.TB, name string, spec ferryv1alpha1.PublishedResourceSpec) {
 	t.Helper()
-	apply(t, &ferryv1alpha1.PublishedResource{
+	applyTo(t, e.serviceCluster(), &ferryv1alpha1.PublishedResource{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "ferry.dev/v1alpha1", Kind: "PublishedResource"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{testLabel: e.label}},
 		Spec:       spec,
@@ -120,7 +124,7 @@ func (e *pubEnv) publish(t testing.TB, name string, spec ferryv1alpha1.Published
 
 func (e *pubEnv) waitCondition(t testing.TB, name string, status metav1.ConditionStatus, reason string) *ferryv1alpha1.PublishedResource {
 	t.Helper()
-	pr, err := framework.WaitPublishedCondition(context.Background(), env.service.Config, name, status, reason, time.Minute)
+	pr, err := framework.WaitPublishedCondition(context.Background(), e.serviceCluster().Config, name, status, reason, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func publishedSyncEnv(t testing.TB, p *pubEnv, crd *apiextensionsv1.CustomResour
 	e.remoteGVR = schema.GroupVersionResource{Group: grp, Version: parts[1], Resource: res}
 	e.remoteKind = pr.Status.ProjectedKind
 	e.localGVR = schema.GroupVersionResource{Group: crd.Spec.Group, Version: "v1", Resource: crd.Spec.Names.Plural}
-	svcDyn, err := dynamic.NewForConfig(env.service.Config)
+	svcDyn, err := dynamic.NewForConfig(p.serviceCluster().Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -189,6 +189,11 @@ type EdgeOptions struct {
 	CertFile, KeyFile string
 	// Kubeconfig is the service cluster's.
 	Kubeconfig string
+	// NetNS, when set, is the network namespace the edge runs in: then
+	// BrokerAddress and Kubeconfig must be reachable from inside it, and the
+	// Process's metrics, health and admin addresses are forwards from the
+	// host into it.
+	NetNS *NetNS
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
 }
@@ -235,12 +240,26 @@ func StartEdge(bins Binaries, o EdgeOptions) (*Process, error) {
 	// As the Deployment in deploy/ does (POD_NAME from the downward API):
 	// the leader election identity is the instance's name, so an edge
 	// started again under its name takes its Lease back at once.
-	p, err := StartProcess(o.Name, bins.Edge, args, []string{"POD_NAME=" + o.Name}, o.LogDir)
+	start := StartProcess
+	if o.NetNS != nil {
+		start = o.NetNS.StartProcess
+	}
+	p, err := start(o.Name, bins.Edge, args, []string{"POD_NAME=" + o.Name}, o.LogDir)
 	if err != nil {
 		return nil, err
 	}
 	obs.set(p)
 	p.AdminAddress = adminAddr
+	if o.NetNS != nil {
+		// The listeners are on the namespace's loopback: the test reaches
+		// them through forwards.
+		for _, addr := range []*string{&p.MetricsAddress, &p.HealthAddress, &p.AdminAddress} {
+			if *addr, err = o.NetNS.Forward(*addr); err != nil {
+				_ = p.Stop(10 * time.Second)
+				return nil, err
+			}
+		}
+	}
 	return p, nil
 }
 

@@ -31,14 +31,28 @@ import (
 type ServiceCluster struct {
 	Etcd      *Process
 	APIServer *Process
-	// Kubeconfig authenticates as a cluster admin.
+	// Kubeconfig authenticates as a cluster admin, for processes in the
+	// cluster's network (its network namespace, when it has one).
 	Kubeconfig string
-	Config     *rest.Config
+	// Config authenticates as a cluster admin, for the test process (through
+	// a forward into the cluster's network namespace, when it has one).
+	Config *rest.Config
 }
 
 // StartServiceCluster starts etcd and kube-apiserver with their state in dir
 // and waits until the API server is ready. name prefixes the log files.
 func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir string) (*ServiceCluster, error) {
+	return StartServiceClusterIn(ctx, nil, bins, name, dir, logDir)
+}
+
+// StartServiceClusterIn is StartServiceCluster with etcd and kube-apiserver
+// inside the network namespace ns (on its loopback) when ns is not nil; the
+// test's Config then reaches the API server through ns.Forward.
+func StartServiceClusterIn(ctx context.Context, ns *NetNS, bins Binaries, name, dir, logDir string) (*ServiceCluster, error) {
+	start := StartProcess
+	if ns != nil {
+		start = ns.StartProcess
+	}
 	pkiDir := filepath.Join(dir, "pki")
 	ca, err := devpki.LoadOrCreateCA(pkiDir, name+" service cluster CA")
 	if err != nil {
@@ -68,7 +82,7 @@ func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir s
 	}
 	etcdClient := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	etcd, err := StartProcess(name+"-etcd", bins.Etcd, []string{
+	etcd, err := start(name+"-etcd", bins.Etcd, []string{
 		"--name", "default",
 		"--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
@@ -80,7 +94,7 @@ func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir s
 		return nil, err
 	}
 	apiPort := strconv.Itoa(ports[2])
-	api, err := StartProcess(name+"-kube-apiserver", bins.KubeAPIServer, []string{
+	api, err := start(name+"-kube-apiserver", bins.KubeAPIServer, []string{
 		"--etcd-servers", etcdClient,
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
@@ -121,6 +135,16 @@ func StartServiceCluster(ctx context.Context, bins Binaries, name, dir, logDir s
 		return nil, err
 	}
 	sc.Config.QPS, sc.Config.Burst = 100, 200 // tests create objects in bulk
+	if ns != nil {
+		fwd, err := ns.Forward("127.0.0.1:" + apiPort)
+		if err != nil {
+			sc.Stop()
+			return nil, err
+		}
+		// The serving certificate is for 127.0.0.1, which the forward's
+		// host address is too.
+		sc.Config.Host = "https://" + fwd
+	}
 	if err := sc.waitReady(ctx); err != nil {
 		sc.Stop()
 		return nil, err
@@ -165,8 +189,8 @@ func (sc *ServiceCluster) StopAPIServer() error {
 }
 
 // StartAPIServer starts kube-apiserver again after StopAPIServer, with the
-// same flags (so the same port: kubeconfigs stay valid) and log file, and
-// waits until it is ready.
+// same command line (so the same port and network namespace: kubeconfigs
+// stay valid) and log file, and waits until it is ready.
 func (sc *ServiceCluster) StartAPIServer(ctx context.Context) error {
 	old := sc.APIServer
 	select {
