@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -35,15 +34,10 @@ type NetNS struct {
 	path  string
 	ipBin string
 
-	// ctx ends with Close; forwarders dial with it.
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	mu        sync.Mutex
-	closed    bool
-	listeners []net.Listener
-	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	// relays are the gateway and the forwards.
+	relays []*Forwarder
 }
 
 // netnsPrefix starts the names of the namespaces NewNetNS makes; the
@@ -69,7 +63,6 @@ func NewNetNS(ctx context.Context) (*NetNS, error) {
 	n := &NetNS{
 		Name:  fmt.Sprintf("%s%d-%s", netnsPrefix, os.Getpid(), hex.EncodeToString(suffix)),
 		ipBin: ipBin,
-		conns: map[net.Conn]struct{}{},
 	}
 	n.path = filepath.Join(netnsDir, n.Name)
 	if err := n.removeOrphans(ctx); err != nil {
@@ -81,7 +74,6 @@ func NewNetNS(ctx context.Context) (*NetNS, error) {
 	if err := n.ip(ctx, "-n", n.Name, "link", "set", "lo", "up"); err != nil {
 		return nil, errors.Join(err, n.ip(context.Background(), "netns", "delete", n.Name))
 	}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n, nil
 }
 
@@ -246,7 +238,7 @@ func (n *NetNS) Forward(addr string) (string, error) {
 	return l.Addr().String(), nil
 }
 
-// serve accepts connections on l and pipes each to a connection from dial,
+// serve relays every connection accepted on l to a connection from dial,
 // until Close.
 func (n *NetNS) serve(l net.Listener, dial func(context.Context) (net.Conn, error)) error {
 	n.mu.Lock()
@@ -255,74 +247,8 @@ func (n *NetNS) serve(l net.Listener, dial func(context.Context) (net.Conn, erro
 		l.Close()
 		return fmt.Errorf("network namespace %s is closed", n.Name)
 	}
-	n.listeners = append(n.listeners, l)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return // closed by Close
-			}
-			n.wg.Add(1)
-			go func() {
-				defer n.wg.Done()
-				n.pipe(c, dial)
-			}()
-		}
-	}()
+	n.relays = append(n.relays, Forward(l, dial))
 	return nil
-}
-
-// pipe copies between the accepted connection c and a new one from dial
-// until both directions have ended (or Close closes them).
-func (n *NetNS) pipe(c net.Conn, dial func(context.Context) (net.Conn, error)) {
-	if !n.track(c) {
-		return
-	}
-	defer n.untrack(c)
-	up, err := dial(n.ctx)
-	if err != nil {
-		return // the client sees its connection closed, as with a refusal
-	}
-	if !n.track(up) {
-		return
-	}
-	defer n.untrack(up)
-	done := make(chan struct{}, 2)
-	copyHalf := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		// Pass the end of one direction on, so a peer waiting for EOF
-		// sees it while the other direction still flows.
-		if tc, ok := dst.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go copyHalf(up, c)
-	go copyHalf(c, up)
-	<-done
-	<-done
-}
-
-// track registers c for Close; it closes c and says false when the
-// namespace is already closed.
-func (n *NetNS) track(c net.Conn) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		c.Close()
-		return false
-	}
-	n.conns[c] = struct{}{}
-	return true
-}
-
-func (n *NetNS) untrack(c net.Conn) {
-	n.mu.Lock()
-	delete(n.conns, c)
-	n.mu.Unlock()
-	c.Close()
 }
 
 // Command returns the command line that runs bin with args inside the
@@ -349,15 +275,11 @@ func (n *NetNS) Close() error {
 		return nil
 	}
 	n.closed = true
-	n.cancel()
-	for _, l := range n.listeners {
-		l.Close()
-	}
-	for c := range n.conns {
-		c.Close()
-	}
+	relays := n.relays
 	n.mu.Unlock()
-	n.wg.Wait()
+	for _, r := range relays {
+		_ = r.Close()
+	}
 	if _, err := os.Stat(n.path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
