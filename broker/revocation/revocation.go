@@ -90,7 +90,9 @@ type Options struct {
 	// Config is the broker configuration: its revoked[] entries, and the
 	// export workspace of each identity.
 	Config *config.Config
-	// Clients reach the export workspaces with the broker's kcp credentials.
+	// Clients reach the export workspaces with the broker's kcp
+	// credentials. Optional: nil keeps no admin blocks (only the
+	// configuration's apply, and Revoke fails).
 	Clients Clients
 	// Namespace holds the revocation Secrets in each export workspace.
 	Namespace string
@@ -109,20 +111,25 @@ type Set struct {
 }
 
 // New returns the set holding the configuration's blocks; Load adds the
-// admin blocks kept in kcp.
-func New(o Options) (*Set, error) {
+// admin blocks kept in kcp. Config.Validate refuses an unparsable
+// fingerprint; should an unvalidated one get here, it blocks the whole
+// identity rather than nothing.
+func New(o Options) *Set {
+	if o.Config == nil {
+		o.Config = &config.Config{}
+	}
 	s := &Set{opts: o, blocks: map[key]Block{}, loaded: map[string]bool{}}
 	for i, r := range o.Config.Revoked {
 		fp := ""
 		if r.CertificateSHA256 != "" {
 			var err error
 			if fp, err = tlsconfig.ParseFingerprint(r.CertificateSHA256); err != nil {
-				return nil, fmt.Errorf("revoked[%d].certificateSHA256: %w", i, err)
+				o.Log.Error(err, "blocking the whole identity of a revoked[] entry with an unparsable fingerprint", "entry", i, "identity", r.Identity)
 			}
 		}
 		s.blocks[key{r.Identity, fp}] = Block{Identity: r.Identity, CertificateSHA256: fp, Reason: r.Reason, Source: SourceConfiguration}
 	}
-	return s, nil
+	return s
 }
 
 // Blocked tells whether a stream of identity authenticated with the
@@ -201,7 +208,7 @@ func (s *Set) loadWorkspace(ctx context.Context, workspace string) error {
 	s.mu.RLock()
 	done := s.loaded[workspace]
 	s.mu.RUnlock()
-	if done {
+	if done || s.opts.Clients == nil {
 		return nil
 	}
 	client, err := s.opts.Clients.Secrets(workspace)
@@ -315,6 +322,9 @@ func SecretName(identity, fingerprint string) string {
 }
 
 func (s *Set) persist(ctx context.Context, b Block, workspace string) error {
+	if s.opts.Clients == nil {
+		return errors.New("this broker keeps no revocations in kcp (no kcp clients); block it in revoked[] of the broker configuration")
+	}
 	client, err := s.opts.Clients.Secrets(workspace)
 	if err != nil {
 		return err

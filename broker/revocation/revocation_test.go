@@ -79,11 +79,7 @@ func (f *fakeKCP) lists(workspace string) int {
 
 func newSet(t *testing.T, cfg *config.Config, kcp Clients) *Set {
 	t.Helper()
-	s, err := New(Options{Config: cfg, Clients: kcp, Namespace: ns, Log: logr.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return New(Options{Config: cfg, Clients: kcp, Namespace: ns, Log: logr.Discard()})
 }
 
 func revocationSecret(name, identity, fp, reason string, typ corev1.SecretType) *corev1.Secret {
@@ -126,6 +122,28 @@ func TestBlockedByConfiguration(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestUnparsableConfiguredFingerprintBlocksTheIdentity(t *testing.T) {
+	// Config.Validate refuses it; a configuration built in code may not
+	// have been validated, and must then block more, not less.
+	s := newSet(t, testConfig(config.Revocation{Identity: nora, CertificateSHA256: "sha256:12", Reason: "leaked"}), nil)
+	if reason, blocked := s.Blocked(nora, fpTwo); !blocked || reason != "leaked" {
+		t.Errorf("Blocked = %q, %v; want the identity blocked", reason, blocked)
+	}
+}
+
+func TestWithoutKCPClients(t *testing.T) {
+	s := newSet(t, testConfig(config.Revocation{Identity: otto, Reason: "decommissioned"}), nil)
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, blocked := s.Blocked(otto, fpOne); !blocked {
+		t.Error("the configuration's blocks apply without kcp clients")
+	}
+	if _, err := s.Revoke(context.Background(), nora, "", "x"); err == nil || !strings.Contains(err.Error(), "revoked[] of the broker configuration") {
+		t.Errorf("Revoke = %v, want an error pointing at the configuration", err)
 	}
 }
 
