@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 )
 
 // Config is the broker's configuration file (YAML).
@@ -25,6 +27,10 @@ import (
 //	    name: databases.example.com
 //	admins:
 //	- spiffe://example.com/ops
+//	revoked:
+//	- identity: spiffe://example.com/edge/nora
+//	  certificateSHA256: sha256:3f…
+//	  reason: laptop stolen, ticket OPS-1234
 type Config struct {
 	// Edges lists the identities allowed to connect and the APIExport each
 	// may serve. Several identities may name the same APIExport (e.g. a
@@ -32,6 +38,22 @@ type Config struct {
 	Edges []Edge `json:"edges"`
 	// Admins lists identities allowed to call the AdminService.
 	Admins []string `json:"admins,omitempty"`
+	// Revoked blocks certificates or whole identities: their streams are
+	// refused with the reason. Blocks made through AdminService.Revoke are
+	// kept in kcp instead; both apply.
+	Revoked []Revocation `json:"revoked,omitempty"`
+}
+
+// Revocation blocks one certificate of an edge identity, or the identity.
+type Revocation struct {
+	// Identity is a configured edge identity.
+	Identity string `json:"identity"`
+	// CertificateSHA256 is the SHA-256 fingerprint of the blocked
+	// certificate ("sha256:<hex>", bare hex, or openssl's AB:CD:… form).
+	// Optional: empty blocks every certificate of the identity.
+	CertificateSHA256 string `json:"certificateSHA256,omitempty"`
+	// Reason is shown to the refused edge and in the broker's logs.
+	Reason string `json:"reason"`
 }
 
 // Edge authorizes one edge identity.
@@ -179,7 +201,30 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("admins[%d] is empty", i))
 		}
 	}
+	for i, r := range c.Revoked {
+		errs = append(errs, r.validate(fmt.Sprintf("revoked[%d]", i), seen)...)
+	}
 	return errors.Join(errs...)
+}
+
+// validate checks one revocation; configured holds the edge identities.
+func (r Revocation) validate(field string, configured map[string]bool) []error {
+	var errs []error
+	switch {
+	case r.Identity == "":
+		errs = append(errs, fmt.Errorf("%s.identity is required", field))
+	case !configured[r.Identity]:
+		errs = append(errs, fmt.Errorf("%s.identity %q is not an identity of edges[]", field, r.Identity))
+	}
+	if r.CertificateSHA256 != "" {
+		if _, err := tlsconfig.ParseFingerprint(r.CertificateSHA256); err != nil {
+			errs = append(errs, fmt.Errorf("%s.certificateSHA256: %w", field, err))
+		}
+	}
+	if strings.TrimSpace(r.Reason) == "" {
+		errs = append(errs, fmt.Errorf("%s.reason is required: it is shown to the refused edge", field))
+	}
+	return errs
 }
 
 // EdgeFor returns the configuration of identity, or false when the identity

@@ -63,6 +63,44 @@ edges:
 `,
 			wantErr: []string{`edges[0].name "Not_A_Label" is not a valid DNS label`, `edges[1].name is required: no default can be derived from identity "spiffe://ferry.local/Under_Score"`},
 		},
+		{
+			name: "valid revocations: one certificate (openssl form) and a whole identity",
+			yaml: `
+edges:
+- identity: spiffe://ferry.local/edge
+  apiExport: {workspace: "root:org", name: demo.ferry.dev}
+admins: [spiffe://ferry.local/admin]
+revoked:
+- identity: spiffe://ferry.local/edge
+  certificateSHA256: "` + strings.Repeat("AB:", 31) + `AB"
+  reason: laptop stolen
+- identity: spiffe://ferry.local/edge
+  reason: decommissioned
+`,
+		},
+		{
+			name: "revocations: unknown identity, bad fingerprint, no reason",
+			yaml: `
+edges:
+- identity: spiffe://ferry.local/edge
+  apiExport: {workspace: "root:org", name: demo.ferry.dev}
+revoked:
+- identity: spiffe://ferry.local/nobody
+  reason: x
+- identity: spiffe://ferry.local/edge
+  certificateSHA256: sha256:abc
+  reason: x
+- identity: spiffe://ferry.local/edge
+  reason: "  "
+- reason: x
+`,
+			wantErr: []string{
+				`revoked[0].identity "spiffe://ferry.local/nobody" is not an identity of edges[]`,
+				`revoked[1].certificateSHA256: certificate fingerprint "sha256:abc"`,
+				"revoked[2].reason is required",
+				"revoked[3].identity is required",
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

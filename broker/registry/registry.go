@@ -18,14 +18,18 @@ import (
 // Info describes an accepted edge stream; it does not change while the
 // stream lives.
 type Info struct {
-	ID              string
-	Identity        string
-	AgentName       string
-	EdgeVersion     string
-	Export          config.APIExportRef
-	ExportState     kcp.ExportState
-	PeerAddress     string
-	ProtocolVersion uint32
+	ID          string
+	Identity    string
+	AgentName   string
+	EdgeVersion string
+	Export      config.APIExportRef
+	ExportState kcp.ExportState
+	PeerAddress string
+	// CertificateSHA256 is the fingerprint of the client certificate the
+	// stream was authenticated with (tlsconfig.Fingerprint): a revoked
+	// certificate ends exactly its streams.
+	CertificateSHA256 string
+	ProtocolVersion   uint32
 	// EdgeMaxMessageBytes is the largest message the edge accepts.
 	EdgeMaxMessageBytes uint32
 	// Capabilities both sides support on this stream.
@@ -43,13 +47,15 @@ type Session struct {
 
 	// lastSeen is the time of the last message from the edge, in Unix nanoseconds.
 	lastSeen atomic.Int64
-	// cancel ends the session's stream (broker shutdown).
-	cancel func()
+	// end ends the session's stream with a cause (broker shutdown, a
+	// revocation).
+	end func(cause error)
 }
 
-// NewSession returns a session; cancel must end its stream.
-func NewSession(info Info, cancel func()) *Session {
-	out := &Session{Info: info, cancel: cancel, virtualWorkspaceURLs: info.ExportState.VirtualWorkspaceURLs}
+// NewSession returns a session; end must end its stream, and the stream's
+// handler must tell the edge the cause (ErrClosed, or a gRPC status).
+func NewSession(info Info, end func(cause error)) *Session {
+	out := &Session{Info: info, end: end, virtualWorkspaceURLs: info.ExportState.VirtualWorkspaceURLs}
 	out.lastSeen.Store(info.ConnectedAt.UnixNano())
 	return out
 }
@@ -149,6 +155,24 @@ func (r *Registry) Close() {
 	}
 	r.mu.Unlock()
 	for _, s := range sessions {
-		s.cancel()
+		s.end(ErrClosed)
 	}
+}
+
+// End ends every active stream whose session matches, with cause, and
+// returns how many. The sessions leave the registry when their streams'
+// handlers return.
+func (r *Registry) End(match func(*Session) bool, cause error) int {
+	r.mu.Lock()
+	var sessions []*Session
+	for _, s := range r.byExport {
+		if match(s) {
+			sessions = append(sessions, s)
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range sessions {
+		s.end(cause)
+	}
+	return len(sessions)
 }

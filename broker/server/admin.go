@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -11,6 +12,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/registry"
 	"github.com/ferry-dev/ferry/broker/replication"
+	"github.com/ferry-dev/ferry/broker/revocation"
 )
 
 // adminService implements ferry.v1alpha1.AdminService for identities listed
@@ -24,6 +26,9 @@ type adminService struct {
 	// workspaces resolves workspace paths for GetObjectState; nil accepts
 	// logical cluster names only.
 	workspaces WorkspaceResolver
+	// revocations keeps the blocks Revoke makes.
+	revocations *revocation.Set
+	log         logr.Logger
 }
 
 var _ ferryv1.AdminServiceServer = (*adminService)(nil)
@@ -49,6 +54,7 @@ func (a *adminService) ListEdges(ctx context.Context, _ *ferryv1.ListEdgesReques
 			edge.ProtocolVersion = s.ProtocolVersion
 			edge.EdgeVersion = s.EdgeVersion
 			edge.Capabilities = s.Capabilities
+			edge.CertificateSha256 = s.CertificateSHA256
 			st := s.ExportState()
 			var endpoints []replication.EndpointState
 			if eng, ok := a.engines.get(e.APIExport); ok {

@@ -117,7 +117,7 @@ func testSession(edge config.Edge, id string, at time.Time) *registry.Session {
 	return registry.NewSession(registry.Info{
 		ID: id, Identity: edge.Identity, AgentName: "nora", EdgeVersion: "v0.9.0", Export: edge.APIExport,
 		PeerAddress: "127.0.0.1:40000", ProtocolVersion: 1, ConnectedAt: at,
-	}, func() {})
+	}, func(error) {})
 }
 
 func TestEdgeLeasesFollowASession(t *testing.T) {
@@ -190,7 +190,7 @@ func TestEdgeLeasesShutdownWritesDisconnected(t *testing.T) {
 
 	// As Serve does: the broker's context ends, the stream ends, then stop.
 	h.cancel()
-	ls.disconnected(status.Error(codes.Unavailable, errShuttingDown.Error()))
+	ls.disconnected(status.Error(codes.Unavailable, registry.ErrClosed.Error()))
 	h.stop()
 	l := h.lease(leaseEdgeB)
 	if state(l) != "Disconnected" || l.Annotations[edgelease.AnnotationDisconnectReason] != "the broker is shutting down" {
@@ -225,7 +225,7 @@ func TestDisconnectReason(t *testing.T) {
 		{name: "edge closed the stream", err: nil, want: "edge closed the stream"},
 		{name: "edge cancelled", err: status.Error(codes.Canceled, "context canceled"), want: ReasonStreamCanceled},
 		{name: "silent edge", err: status.Error(codes.Unavailable, "no message from the edge for 3s"), want: "no message from the edge for 3s"},
-		{name: "shutdown", err: status.Error(codes.Unavailable, errShuttingDown.Error()), want: "the broker is shutting down"},
+		{name: "shutdown", err: status.Error(codes.Unavailable, registry.ErrClosed.Error()), want: "the broker is shutting down"},
 		{name: "plain error", err: fmt.Errorf("send: %w", context.DeadlineExceeded), want: "send: context deadline exceeded"},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 
 	"google.golang.org/grpc/credentials"
@@ -15,18 +16,39 @@ import (
 // connection; the checks here keep a misconfiguration from authorizing
 // anyone.
 func identityFrom(ctx context.Context) (id, addr string, err error) {
+	c, err := callerFrom(ctx)
+	return c.identity, c.addr, err
+}
+
+// caller is who made a call: the identity and certificate fingerprint of
+// its verified client certificate, and its address.
+type caller struct {
+	identity, fingerprint, addr string
+}
+
+// callerFrom is identityFrom with the certificate's fingerprint (a revoked
+// certificate is refused by it).
+func callerFrom(ctx context.Context) (caller, error) {
+	cert, addr, err := clientCertificate(ctx)
+	if err != nil {
+		return caller{addr: addr}, err
+	}
+	id, err := tlsconfig.Identity(cert)
+	return caller{identity: id, fingerprint: tlsconfig.Fingerprint(cert), addr: addr}, err
+}
+
+func clientCertificate(ctx context.Context) (*x509.Certificate, string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", "", errors.New("no peer information")
+		return nil, "", errors.New("no peer information")
 	}
 	tlsInfo, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return "", p.Addr.String(), errors.New("connection is not TLS")
+		return nil, p.Addr.String(), errors.New("connection is not TLS")
 	}
 	chains := tlsInfo.State.VerifiedChains
 	if len(chains) == 0 || len(chains[0]) == 0 {
-		return "", p.Addr.String(), errors.New("no verified client certificate")
+		return nil, p.Addr.String(), errors.New("no verified client certificate")
 	}
-	id, err = tlsconfig.Identity(chains[0][0])
-	return id, p.Addr.String(), err
+	return chains[0][0], p.Addr.String(), nil
 }

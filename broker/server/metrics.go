@@ -34,4 +34,9 @@ const (
 	refusedExportHeld       = "export_served_by_another_edge"
 	refusedShuttingDown     = "shutting_down"
 	refusedHandshakeTimeout = "no_hello"
+	// refusedRevoked: the certificate or the identity is blocked.
+	refusedRevoked = "revoked"
+	// refusedRevocationsUnknown: the blocks of the edge's workspace could
+	// not be read from kcp.
+	refusedRevocationsUnknown = "revocations_unavailable"
 )

@@ -33,6 +33,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/registry"
+	"github.com/ferry-dev/ferry/broker/revocation"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/metrics"
 )
@@ -68,6 +69,11 @@ type Options struct {
 	// EdgeLeases configure the Lease per configured edge in kcp; a zero
 	// value writes none.
 	EdgeLeases EdgeLeaseOptions
+	// Revocations are the blocked certificates and identities (loaded by
+	// the caller; a stream of an edge whose workspace's blocks were not
+	// read yet reads them first). Optional: nil applies the
+	// configuration's revoked[] only, and AdminService.Revoke fails.
+	Revocations *revocation.Set
 }
 
 // Server is the broker's gRPC server.
@@ -84,6 +90,9 @@ type Server struct {
 
 // New builds a server; Serve runs it.
 func New(o Options) *Server {
+	if o.Revocations == nil {
+		o.Revocations = revocation.New(revocation.Options{Config: o.Config, Log: o.Log.WithName("revocation")})
+	}
 	registry := registry.NewRegistry()
 	g := newGRPCServer(o)
 	epoch := newEpoch()
@@ -113,8 +122,12 @@ func New(o Options) *Server {
 		log:               log,
 		metrics:           o.Metrics,
 		leases:            leases,
+		revocations:       o.Revocations,
 	})
-	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver)})
+	ferryv1.RegisterAdminServiceServer(g, &adminService{
+		cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver),
+		revocations: o.Revocations, log: o.Log.WithName("admin"),
+	})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)

@@ -91,7 +91,9 @@ func startTestBroker(t *testing.T, resolver ExportResolver) *testBroker {
 	return startTestBrokerWith(t, resolver, &echoApplier{})
 }
 
-func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.PublishApplier) *testBroker {
+// startTestBrokerWith starts a broker; mutate may change its options
+// (Config is set when it runs; pki is the test PKI's directory).
+func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.PublishApplier, mutate ...func(o *Options, pki string)) *testBroker {
 	t.Helper()
 	pki := t.TempDir()
 	ca, err := devpki.LoadOrCreateCA(pki, "test")
@@ -112,7 +114,7 @@ func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{
+	opts := Options{
 		Config: &config.Config{
 			Edges: []config.Edge{
 				{Identity: devpki.IdentityFor("edge-a"), APIExport: exportA},
@@ -130,7 +132,11 @@ func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.P
 		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
 		ShutdownTimeout:   5 * time.Second,
 		Log:               logr.Discard(),
-	})
+	}
+	for _, m := range mutate {
+		m(&opts, pki)
+	}
+	srv := New(opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/registry"
+	"github.com/ferry-dev/ferry/broker/revocation"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/metrics"
@@ -50,13 +51,10 @@ type syncService struct {
 	log               logr.Logger
 	metrics           *metrics.Broker
 	leases            *edgeLeases
+	revocations       *revocation.Set
 }
 
 var _ ferryv1.SyncServiceServer = (*syncService)(nil)
-
-// errShuttingDown is the cancellation cause of streams ended by a broker
-// shutdown; the edge sees UNAVAILABLE and reconnects.
-var errShuttingDown = errors.New("the broker is shutting down")
 
 // Stream queue sizes. The receive queue only smooths bursts: the dispatcher
 // never waits on the network. The control queue must hold every answer the
@@ -69,11 +67,12 @@ const (
 
 func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	ctx := stream.Context()
-	id, addr, err := identityFrom(ctx)
+	peer, err := callerFrom(ctx)
 	if err != nil {
 		s.metrics.HandshakeRefused(refusedUnauthenticated)
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
+	id, addr := peer.identity, peer.addr
 	log := s.log.WithValues(logging.KeyIdentity, id, logging.KeyPeer, addr)
 
 	edgeCfg, ok := s.cfg.EdgeFor(id)
@@ -84,6 +83,9 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 			"identity %q is not configured at this broker: add it to edges[] in the broker configuration", id)
 	}
 	log = log.WithValues(logging.KeyExport, edgeCfg.APIExport.String())
+	if err := s.refuseRevoked(ctx, log, peer); err != nil {
+		return err
+	}
 
 	// One receiver for the stream's lifetime: gRPC allows a single reader.
 	// It exits when the handler has returned (gRPC then cancels the
@@ -128,11 +130,12 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		Export:              edgeCfg.APIExport,
 		ExportState:         state,
 		PeerAddress:         addr,
+		CertificateSHA256:   peer.fingerprint,
 		ProtocolVersion:     negotiated,
 		EdgeMaxMessageBytes: hello.GetMaxReceiveMessageBytes(),
 		Capabilities:        protocol.IntersectCapabilities(hello.GetCapabilities()),
 		ConnectedAt:         time.Now(),
-	}, func() { cancel(errShuttingDown) })
+	}, cancel)
 
 	release, err := s.registry.Acquire(sess)
 	var held *registry.HeldError
@@ -146,6 +149,11 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	defer release()
+	// A Revoke between the check above and Acquire found no session to
+	// end, but its block is in the set before it looks (see adminService.Revoke).
+	if err := s.refuseRevoked(ctx, log, peer); err != nil {
+		return err
+	}
 
 	loop := link.NewLoop[*ferryv1.ConnectRequest, *ferryv1.ConnectResponse](controlCapacity)
 	// The engine's finalizer comes from the configuration entry, never from
@@ -192,9 +200,13 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	loop.MaxSend, loop.Size = maxSend, engine.Size
 	loop.TooLarge = func(m *ferryv1.ConnectResponse, size int) { eng.TooLarge(m, size, maxSend) }
 	err = loop.Run(streamCtx)
-	switch {
-	case errors.Is(context.Cause(streamCtx), errShuttingDown):
-		err = status.Error(codes.Unavailable, errShuttingDown.Error())
+	var ended interface{ GRPCStatus() *status.Status }
+	switch cause := context.Cause(streamCtx); {
+	case errors.Is(cause, registry.ErrClosed):
+		err = status.Error(codes.Unavailable, registry.ErrClosed.Error())
+	case errors.As(cause, &ended):
+		// Ended on purpose with a status (a revocation): the edge is told.
+		err = ended.GRPCStatus().Err()
 	case link.IsEOF(err):
 		err = nil
 	case errors.Is(err, link.ErrPeerSilent):
@@ -207,6 +219,25 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	log.Info("edge disconnected", logging.KeyReason, errorText(err))
 	edgeLease.disconnected(err)
 	return err
+}
+
+// refuseRevoked refuses a stream whose certificate or identity is
+// blocked, and one whose blocks cannot be read (kcp unreachable since the
+// broker started): a revoked edge must never be let in for want of its
+// revocations.
+func (s *syncService) refuseRevoked(ctx context.Context, log logr.Logger, peer caller) error {
+	if err := s.revocations.EnsureLoaded(ctx, peer.identity); err != nil {
+		log.Error(err, "refused edge: its revocations cannot be read")
+		s.metrics.HandshakeRefused(refusedRevocationsUnknown)
+		return status.Errorf(codes.Unavailable, "the broker cannot read this edge's revocations from kcp, retry later: %v", err)
+	}
+	b, blocked := s.revocations.Match(peer.identity, peer.fingerprint)
+	if !blocked {
+		return nil
+	}
+	log.Info("refused edge: revoked", logging.KeyReason, b.Message(), "certificateSHA256", peer.fingerprint, "source", b.Source)
+	s.metrics.HandshakeRefused(refusedRevoked)
+	return status.Error(codes.Unauthenticated, b.Message())
 }
 
 // receiveHello waits for the first message, which must be an EdgeHello.

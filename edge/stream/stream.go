@@ -98,11 +98,32 @@ type Client struct {
 	opts Options
 	// connected is true while an accepted stream runs (readiness).
 	connected atomic.Bool
+	// refusal is the broker's refusal of the last stream attempt, nil when
+	// it was accepted or failed otherwise (readiness names it).
+	refusal atomic.Pointer[error]
 }
 
 // Connected tells whether the broker accepted the current stream and it
 // still runs.
 func (c *Client) Connected() bool { return c.connected.Load() }
+
+// Refusal is the broker's refusal of the last stream attempt (its handshake
+// refused, or its stream ended with an error status an operator must act
+// on, e.g. a revoked certificate), or nil.
+func (c *Client) Refusal() error {
+	if p := c.refusal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (c *Client) setRefusal(err error) {
+	if err == nil {
+		c.refusal.Store(nil)
+		return
+	}
+	c.refusal.Store(&err)
+}
 
 // New returns a client.
 func New(o Options) *Client { return &Client{opts: o} }
@@ -118,6 +139,11 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		if !accepted { // accepted ones are counted at acceptance
 			c.opts.Metrics.StreamAttempt(attemptResult(err))
+		}
+		if refused(err) {
+			c.setRefusal(err)
+		} else {
+			c.setRefusal(nil)
 		}
 		if accepted && time.Since(started) >= c.opts.StableAfter {
 			c.opts.Backoff.Reset()
@@ -155,7 +181,9 @@ func refused(err error) bool {
 func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) {
 	kv := []any{logging.KeyDelay, delay.Round(time.Millisecond).String(), logging.KeyAttempt, attempt}
 	if refused(err) {
-		log.Error(err, "broker refused this edge; retrying", kv...)
+		// The broker's status message is its reason (e.g. what is revoked
+		// and why); the error keeps the code.
+		log.Error(err, "broker refused this edge; retrying", append(kv, logging.KeyReason, status.Convert(err).Message())...)
 		return
 	}
 	log.Info("stream to broker ended; reconnecting", append(kv, logging.KeyReason, errorText(err))...)
@@ -222,6 +250,7 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	c.opts.Handler.Attach(hello, loop)
 	defer c.opts.Handler.Detach()
 	c.connected.Store(true)
+	c.setRefusal(nil)
 	c.opts.Metrics.StreamAttempt("accepted")
 	c.opts.Metrics.Connected(true)
 	defer func() {

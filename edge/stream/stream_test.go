@@ -53,6 +53,7 @@ func TestLogStreamEndIsAnErrorOnlyWhenRefused(t *testing.T) {
 		wantText  string
 	}{
 		{status.Error(codes.PermissionDenied, "identity not configured"), true, "broker refused this edge"},
+		{status.Error(codes.Unauthenticated, `identity "spiffe://x/edge" is blocked: leaked`), true, `"reason"="identity \"spiffe://x/edge\" is blocked: leaked"`},
 		{status.Error(codes.Unavailable, "broker shutting down"), false, "broker shutting down"},
 		{nil, false, "stream ended"},
 	} {
@@ -119,11 +120,10 @@ func TestHandleForwardsAllButLivenessAndHandshake(t *testing.T) {
 	}
 }
 
-// TestRunCountsAttemptsAndTracksTheConnection runs the client against an
-// in-process broker over mutual TLS: refused handshakes count as refused
-// and never connect; an accepted one connects, counts once, and Connected
-// follows the stream.
-func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
+// startFakeBroker serves broker over mutual TLS and returns a client TLS
+// configuration for it.
+func startFakeBroker(t *testing.T, broker *fakeBroker) (addr string, clientTLS *tlsconfig.ClientConfig) {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := devpki.LoadOrCreateCA(dir, "test")
 	if err != nil {
@@ -140,12 +140,11 @@ func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientTLS, err := tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
+	clientTLS, err = tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
 		CAFile: filepath.Join(dir, devpki.CACertFile)}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker := &fakeBroker{refuse: 2}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
 	ferryv1.RegisterSyncServiceServer(srv, broker)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,7 +152,16 @@ func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), clientTLS
+}
+
+// TestRunCountsAttemptsAndTracksTheConnection runs the client against an
+// in-process broker over mutual TLS: refused handshakes count as refused
+// and never connect; an accepted one connects, counts once, and Connected
+// follows the stream.
+func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
+	addr, clientTLS := startFakeBroker(t, &fakeBroker{refuse: 2})
 
 	reg := prometheus.NewRegistry()
 	m, err := metrics.NewEdge(reg)
@@ -162,7 +170,7 @@ func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
 	}
 	h := &fakeHandler{}
 	c := New(Options{
-		BrokerAddress: lis.Addr().String(), TLS: clientTLS, AgentName: "edge",
+		BrokerAddress: addr, TLS: clientTLS, AgentName: "edge",
 		HeartbeatInterval: protocol.MinHeartbeatInterval, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
 		Backoff: &backoff.Exponential{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Handler: h, Log: logr.Discard(), Metrics: m,
@@ -193,6 +201,56 @@ func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
 	}
 }
 
+func TestRunKeepsTheBrokersRefusalUntilAccepted(t *testing.T) {
+	revoked := status.Error(codes.Unauthenticated, `client certificate sha256:ab of identity "spiffe://x/edge" is revoked: leaked`)
+	broker := &fakeBroker{revoked: revoked, end: make(chan error, 1)}
+	addr, clientTLS := startFakeBroker(t, broker)
+	c := New(Options{
+		BrokerAddress: addr, TLS: clientTLS, AgentName: "edge",
+		HeartbeatInterval: protocol.MinHeartbeatInterval, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
+		Backoff: &backoff.Exponential{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Handler: &fakeHandler{}, Log: logr.Discard(),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	isRevoked := func() bool {
+		err := c.Refusal()
+		return status.Code(err) == codes.Unauthenticated && status.Convert(err).Message() == status.Convert(revoked).Message()
+	}
+
+	// Refused handshakes: the refusal is kept.
+	waitFor("the refusal", isRevoked)
+	if c.Connected() {
+		t.Error("connected while refused")
+	}
+	// Accepted: no refusal any more.
+	broker.setRevoked(nil)
+	waitFor("the connection", c.Connected)
+	if err := c.Refusal(); err != nil {
+		t.Errorf("Refusal = %v while connected", err)
+	}
+	// An accepted stream the broker ends with the reason: kept again, also
+	// while the reconnects are refused.
+	broker.setRevoked(revoked)
+	broker.end <- revoked
+	waitFor("the ended stream's refusal", func() bool { return !c.Connected() && isRevoked() })
+}
+
 func attempts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -211,12 +269,21 @@ func attempts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// fakeBroker refuses the first refuse streams, then accepts and holds the
-// stream open until the client leaves.
+// fakeBroker refuses the first refuse streams, and every stream while
+// revoked is set, then accepts and holds the stream open until the client
+// leaves or end ends it with a status.
 type fakeBroker struct {
 	ferryv1.UnimplementedSyncServiceServer
-	mu     sync.Mutex
-	refuse int
+	mu      sync.Mutex
+	refuse  int
+	revoked error
+	end     chan error
+}
+
+func (b *fakeBroker) setRevoked(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.revoked = err
 }
 
 func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
@@ -226,19 +293,33 @@ func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	b.mu.Lock()
 	refuse := b.refuse > 0
 	b.refuse--
+	revoked := b.revoked
 	b.mu.Unlock()
 	if refuse {
 		return status.Error(codes.PermissionDenied, "identity not configured")
+	}
+	if revoked != nil {
+		return revoked
 	}
 	if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
 		ProtocolVersion: protocol.Version, SessionId: "s1",
 	}}}); err != nil {
 		return err
 	}
-	for {
-		if _, err := stream.Recv(); err != nil {
-			return nil
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
 		}
+	}()
+	select {
+	case <-left:
+		return nil
+	case err := <-b.end:
+		return err
 	}
 }
 

@@ -79,7 +79,7 @@ func StartBroker(ctx context.Context, bins Binaries, o BrokerOptions) (*Broker, 
 	if err != nil {
 		return nil, err
 	}
-	cfgFile := filepath.Join(o.Dir, o.Name+"-config.yaml")
+	cfgFile := o.configFile()
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -128,6 +128,25 @@ func (b *Broker) Restart(ctx context.Context, kill bool) error {
 	b.Process = p
 	return b.waitServing(ctx)
 }
+
+// Reconfigure stops the broker with SIGTERM, rewrites its configuration file
+// with cfg and starts it again on the same address.
+func (b *Broker) Reconfigure(ctx context.Context, cfg config.Config) error {
+	if err := b.Stop(20 * time.Second); err != nil {
+		return err
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.Opts.configFile(), data, 0o600); err != nil {
+		return err
+	}
+	b.Opts.Config = cfg
+	return b.Restart(ctx, false)
+}
+
+func (o BrokerOptions) configFile() string { return filepath.Join(o.Dir, o.Name+"-config.yaml") }
 
 func (b *Broker) waitServing(ctx context.Context) error {
 	conn, err := DialBroker(b.Address, b.Opts.PKIDir, "admin")

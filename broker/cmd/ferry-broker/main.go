@@ -14,11 +14,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/go-logr/logr"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/publish"
+	"github.com/ferry-dev/ferry/broker/revocation"
 	"github.com/ferry-dev/ferry/broker/server"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/metrics"
@@ -79,6 +82,11 @@ func run(args []string) error {
 		}
 	}
 
+	revocations, err := loadRevocations(ctx, completed, log)
+	if err != nil {
+		return err
+	}
+
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("cannot listen on --listen-address %s: %w", opts.ListenAddress, err)
@@ -99,6 +107,7 @@ func run(args []string) error {
 		EdgeLeases: server.EdgeLeaseOptions{
 			Namespace: opts.EdgeLeaseNamespace, RenewInterval: opts.EdgeLeaseRenewInterval,
 		},
+		Revocations: revocations,
 	})
 	if err := m.RegisterSource(ctrlmetrics.Registry, srv.MetricsSource()); err != nil {
 		return err
@@ -129,4 +138,27 @@ func run(args []string) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// revocationLoadTimeout bounds the read of the revocations at start.
+const revocationLoadTimeout = 30 * time.Second
+
+// loadRevocations reads the blocks of the configuration and those kept in
+// kcp. A workspace whose blocks cannot be read now does not stop the broker:
+// its edges are refused until a later read succeeds (see
+// revocation.Set.EnsureLoaded).
+func loadRevocations(ctx context.Context, c *Completed, log logr.Logger) (*revocation.Set, error) {
+	clients, err := revocation.NewClients(c.KCP)
+	if err != nil {
+		return nil, err
+	}
+	set := revocation.New(revocation.Options{Config: c.Config, Clients: clients, Namespace: c.StateNamespace, Log: log.WithName("revocation")})
+	// Bounded: a kcp that does not answer must not keep the broker from
+	// serving the workspaces that did.
+	loadCtx, cancel := context.WithTimeout(ctx, revocationLoadTimeout)
+	defer cancel()
+	if err := set.Load(loadCtx); err != nil {
+		log.Error(err, "cannot read every revocation from kcp yet; the edges of those workspaces are refused until it succeeds")
+	}
+	return set, nil
 }

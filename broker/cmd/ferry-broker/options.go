@@ -43,6 +43,9 @@ type Options struct {
 	// kcp (docs/edge-status.md).
 	EdgeLeaseNamespace     string
 	EdgeLeaseRenewInterval time.Duration
+	// StateNamespace holds the broker's durable state (revocations made
+	// through the admin API) in the workspace of each configured APIExport.
+	StateNamespace string
 	// VirtualWorkspaceURLRewrite maps the virtual workspace URLs kcp lists,
 	// FROM=TO per shard (kcp.EndpointRewrite); none keeps them.
 	VirtualWorkspaceURLRewrite []string
@@ -63,6 +66,7 @@ func NewOptions() *Options {
 		HealthAddress:          cli.BrokerHealthAddress,
 		EdgeLeaseNamespace:     metav1.NamespaceDefault,
 		EdgeLeaseRenewInterval: server.DefaultEdgeLeaseRenewInterval,
+		StateNamespace:         metav1.NamespaceDefault,
 	}
 }
 
@@ -85,6 +89,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	cli.AddObservabilityFlags(fs, &o.MetricsAddress, &o.HealthAddress)
 	fs.StringVar(&o.EdgeLeaseNamespace, "edge-lease-namespace", o.EdgeLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease per configured edge that shows whether the edge is connected (kubectl get leases -l app.kubernetes.io/managed-by=ferry-broker); empty writes no Leases.")
 	fs.StringArrayVar(&o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteFlag, o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteUsage)
+	fs.StringVar(&o.StateNamespace, "state-namespace", o.StateNamespace, "Namespace, in the workspace of each configured APIExport, of the Secrets that keep the broker's state (revocations made with AdminService.Revoke); it must exist.")
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 
@@ -125,6 +130,9 @@ func (o *Options) Validate() error {
 		if msgs := validation.IsDNS1123Label(o.EdgeLeaseNamespace); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--edge-lease-namespace %q is not a namespace name: %s", o.EdgeLeaseNamespace, strings.Join(msgs, "; ")))
 		}
+	}
+	if msgs := validation.IsDNS1123Label(o.StateNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--state-namespace %q is not a namespace name: %s", o.StateNamespace, strings.Join(msgs, "; ")))
 	}
 	if o.EdgeLeaseRenewInterval < protocol.MinHeartbeatInterval {
 		errs = append(errs, fmt.Errorf("--edge-lease-renew-interval must be at least %s", protocol.MinHeartbeatInterval))

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"google.golang.org/grpc/status"
 )
 
 // ready is the edge's readiness check. The leader is ready while its
@@ -24,7 +26,18 @@ func (p *edgeProcess) ready(*http.Request) error {
 		return errors.New("starting")
 	}
 	if !cur.stream.Connected() {
-		return fmt.Errorf("no established stream to the broker at %s (the log says why; see ferry_edge_stream_attempts_total)", p.cfg.BrokerAddress)
+		return streamDown(p.cfg.BrokerAddress, cur.stream.Refusal())
 	}
 	return nil
+}
+
+// streamDown is the readiness failure of an edge without a stream: the
+// broker's reason when it refused the last attempt (a revoked certificate,
+// an identity it does not know), so the probe says what to fix.
+func streamDown(broker string, refusal error) error {
+	if refusal != nil {
+		st := status.Convert(refusal)
+		return fmt.Errorf("the broker at %s refused this edge (%s): %s", broker, st.Code(), st.Message())
+	}
+	return fmt.Errorf("no established stream to the broker at %s (the log says why; see ferry_edge_stream_attempts_total)", broker)
 }

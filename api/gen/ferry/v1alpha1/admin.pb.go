@@ -491,9 +491,13 @@ type Edge struct {
 	// outlives streams).
 	Engine *EngineStatus `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
 	// Capabilities both sides use on the stream (set while connected).
-	Capabilities  []Capability `protobuf:"varint,13,rep,packed,name=capabilities,proto3,enum=ferry.v1alpha1.Capability" json:"capabilities,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Capabilities []Capability `protobuf:"varint,13,rep,packed,name=capabilities,proto3,enum=ferry.v1alpha1.Capability" json:"capabilities,omitempty"`
+	// SHA-256 fingerprint of the client certificate the stream was
+	// authenticated with ("sha256:" and 64 hex digits; set while connected),
+	// for RevokeRequest.certificate_sha256.
+	CertificateSha256 string `protobuf:"bytes,14,opt,name=certificate_sha256,json=certificateSha256,proto3" json:"certificate_sha256,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Edge) Reset() {
@@ -615,6 +619,13 @@ func (x *Edge) GetCapabilities() []Capability {
 		return x.Capabilities
 	}
 	return nil
+}
+
+func (x *Edge) GetCertificateSha256() string {
+	if x != nil {
+		return x.CertificateSha256
+	}
+	return ""
 }
 
 // EngineStatus describes the broker's long-lived sync engine of an APIExport.
@@ -1762,7 +1773,7 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	"\x0eclosed_streams\x18\x01 \x01(\x05R\rclosedStreams\"\x12\n" +
 	"\x10ListEdgesRequest\"?\n" +
 	"\x11ListEdgesResponse\x12*\n" +
-	"\x05edges\x18\x01 \x03(\v2\x14.ferry.v1alpha1.EdgeR\x05edges\"\xef\x04\n" +
+	"\x05edges\x18\x01 \x03(\v2\x14.ferry.v1alpha1.EdgeR\x05edges\"\x9e\x05\n" +
 	"\x04Edge\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12:\n" +
 	"\x06export\x18\x02 \x01(\v2\".ferry.v1alpha1.APIExportReferenceR\x06export\x12/\n" +
@@ -1779,7 +1790,8 @@ const file_ferry_v1alpha1_admin_proto_rawDesc = "" +
 	" \x01(\tR\vedgeVersion\x12A\n" +
 	"\rexport_status\x18\v \x01(\v2\x1c.ferry.v1alpha1.ExportStatusR\fexportStatus\x124\n" +
 	"\x06engine\x18\f \x01(\v2\x1c.ferry.v1alpha1.EngineStatusR\x06engine\x12>\n" +
-	"\fcapabilities\x18\r \x03(\x0e2\x1a.ferry.v1alpha1.CapabilityR\fcapabilities\"\xf3\x03\n" +
+	"\fcapabilities\x18\r \x03(\x0e2\x1a.ferry.v1alpha1.CapabilityR\fcapabilities\x12-\n" +
+	"\x12certificate_sha256\x18\x0e \x01(\tR\x11certificateSha256\"\xf3\x03\n" +
 	"\fEngineStatus\x129\n" +
 	"\n" +
 	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12 \n" +
