@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -166,12 +165,12 @@ func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) 
 // reconnect re-reads rotated certificates and follows the backoff above
 // rather than gRPC's internal one.
 func (c *Client) session(ctx context.Context) (accepted bool, err error) {
-	tlsCfg, err := c.opts.TLS.Config()
+	creds, err := c.opts.TLS.Credentials()
 	if err != nil {
 		return false, err
 	}
 	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
 		grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),

@@ -136,12 +136,12 @@ func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	serverTLS, err := tlsconfig.Server(tlsconfig.Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"),
-		CAFile: filepath.Join(dir, devpki.CACertFile)})
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, tlsconfig.Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	clientTLS, err := tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
-		CAFile: filepath.Join(dir, devpki.CACertFile)}, "")
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, "", tlsconfig.Profile{})
 	if err != nil {
 		t.Fatal(err)
 	}

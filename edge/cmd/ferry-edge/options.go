@@ -24,6 +24,7 @@ type Options struct {
 	BrokerAddress           string
 	BrokerServerName        string
 	TLS                     tlsconfig.Files
+	TLSProfile              tlsconfig.Profile
 	AgentName               string
 	Kubeconfig              string
 	HeartbeatInterval       time.Duration
@@ -79,6 +80,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Client certificate (PEM); its URI SAN (or CN) is the edge's identity. Reloaded on reconnect when the file changes.")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key", o.TLS.KeyFile, "Client private key (PEM).")
 	fs.StringVar(&o.TLS.CAFile, "broker-ca", o.TLS.CAFile, "CA bundle (PEM) that signs the broker's certificate; reloaded on reconnect when the file changes.")
+	o.TLSProfile.AddFlags(fs, "broker")
 	fs.StringVar(&o.AgentName, "agent-name", o.AgentName, "Name of this edge (a DNS label), shown at the broker.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the service cluster; in-cluster configuration when empty.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to the broker; a stream silent for three intervals is closed.")
@@ -118,6 +120,9 @@ func (o *Options) Validate() error {
 	if o.TLS.CAFile == "" {
 		errs = append(errs, errors.New("--broker-ca is required"))
 	}
+	if err := o.TLSProfile.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if msgs := validation.IsDNS1123Label(o.AgentName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--agent-name %q must be a DNS label: %v", o.AgentName, msgs))
 	}
@@ -153,7 +158,7 @@ type Completed struct {
 // Complete loads the certificates and the service cluster's kubeconfig.
 func (o *Options) Complete() (*Completed, error) {
 	var errs []error
-	tlsCfg, err := tlsconfig.Client(o.TLS, o.BrokerServerName)
+	tlsCfg, err := tlsconfig.Client(o.TLS, o.BrokerServerName, o.TLSProfile)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("TLS (--tls-cert/--tls-key/--broker-ca): %w", err))
 	}
