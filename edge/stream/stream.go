@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,10 @@ type Options struct {
 	// for every dial: a rotated CA bundle or certificate is used from the
 	// next connection on.
 	TLS *tlsconfig.ClientConfig
+	// Dial opens the TCP connection to the broker (proxydial.Dialer.Dial:
+	// directly or through an HTTP CONNECT proxy). Optional: a plain
+	// net.Dialer when nil.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// AgentName is sent in the hello; a DNS label.
 	AgentName string
 	// HeartbeatInterval is the edge's heartbeat proposal.
@@ -169,13 +174,23 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	dial := c.opts.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		// The dial function alone decides the route (and does its own name
+		// resolution, or leaves it to the proxy): gRPC's own proxy support
+		// and its resolver stay out of the way.
+		grpc.WithContextDialer(dial),
+		grpc.WithNoProxy(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
 		grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),
 	}
-	conn, err := grpc.NewClient(c.opts.BrokerAddress, dialOpts...)
+	conn, err := grpc.NewClient("passthrough:///"+c.opts.BrokerAddress, dialOpts...)
 	if err != nil {
 		return false, fmt.Errorf("invalid broker address %q: %w", c.opts.BrokerAddress, err)
 	}
