@@ -145,12 +145,11 @@ func (d *Dialer) viaProxy(ctx context.Context, proxy *url.URL, addr string) (_ n
 			_ = conn.Close()
 		}
 	}()
-	// The exchange below is plain reads and writes: a deadline bounds them
-	// by ctx's, and ctx's end interrupts them at once.
+	// The exchange below is plain reads and writes: ctx's end (its
+	// deadline included) interrupts them at once, and the error then says
+	// it was ctx. Not a connection deadline copied from ctx: it could fire
+	// before ctx reports its end, as a bare i/o timeout.
 	raw := conn
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = raw.SetDeadline(deadline)
-	}
 	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	defer func() {
 		if !stop() || ctx.Err() != nil {
