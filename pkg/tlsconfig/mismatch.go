@@ -24,7 +24,9 @@ func (p Profile) Mismatch(hello *tls.ClientHelloInfo) string {
 	}
 	var common []uint16
 	for _, v := range hello.SupportedVersions {
-		if p.allows(v) {
+		// Only versions Go speaks: not GREASE values (RFC 8701), which
+		// some clients list and would otherwise look above the minimum.
+		if v <= tls.VersionTLS13 && p.allows(v) {
 			common = append(common, v)
 		}
 	}

@@ -276,3 +276,32 @@ func (s *logSink) lines() []string {
 	defer s.mu.Unlock()
 	return slices.Clone(s.got)
 }
+
+// TestMismatchIgnoresGREASE: reserved version and suite values some
+// clients send (RFC 8701) neither hide a mismatch nor show up in it.
+func TestMismatchIgnoresGREASE(t *testing.T) {
+	tests := []struct {
+		name  string
+		p     Profile
+		hello tls.ClientHelloInfo
+		want  string
+	}{
+		{name: "TLS 1.2 and GREASE against 1.3", p: Profile{},
+			hello: tls.ClientHelloInfo{SupportedVersions: []uint16{0xfafa, tls.VersionTLS12}},
+			want:  "edge offers TLS 1.2 only; this broker requires TLS 1.3 or later (--tls-min-version)"},
+		{name: "TLS 1.3 and GREASE against 1.3", p: Profile{},
+			hello: tls.ClientHelloInfo{SupportedVersions: []uint16{0x7a7a, tls.VersionTLS13, tls.VersionTLS12}}},
+		{name: "GREASE suite is not named", p: Profile{MinVersion: tls.VersionTLS12, CipherSuites: []uint16{aes128}},
+			hello: tls.ClientHelloInfo{SupportedVersions: []uint16{tls.VersionTLS12}, CipherSuites: []uint16{0x2a2a, tls.TLS_AES_128_GCM_SHA256, chacha}},
+			want:  "no common cipher suite for TLS 1.2: edge offers [TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256], broker allows [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256] (--tls-cipher-suites)"},
+		{name: "common suite", p: Profile{MinVersion: tls.VersionTLS12, CipherSuites: []uint16{aes128}},
+			hello: tls.ClientHelloInfo{SupportedVersions: []uint16{tls.VersionTLS12}, CipherSuites: []uint16{chacha, aes128}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.p.Mismatch(&tt.hello); got != tt.want {
+				t.Fatalf("Mismatch = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
