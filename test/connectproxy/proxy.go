@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +83,9 @@ func (p *Proxy) Serve(ctx context.Context, lis net.Listener) error {
 			http.Error(w, "this proxy only tunnels (CONNECT)", http.StatusMethodNotAllowed)
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
+		// net/http's own complaints (failed TLS handshakes of clients that
+		// do not trust the proxy, say) go to the proxy's log too.
+		ErrorLog: log.New(logWriter{p.opts.Log}, "", 0),
 	}
 	go func() {
 		<-ctx.Done()
@@ -197,4 +202,12 @@ func (p *Proxy) relay(ctx context.Context, client net.Conn, from io.Reader, upst
 			}
 		}
 	}
+}
+
+// logWriter turns net/http's error log lines into log entries.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.log.Info("http server", "error", strings.TrimSpace(string(b)))
+	return len(b), nil
 }
