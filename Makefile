@@ -86,11 +86,12 @@ build: ## Build ferry-broker and ferry-edge into bin/.
 	go build -o bin/ferry-edge ./edge/cmd/ferry-edge
 
 .PHONY: build-race
-build-race: ## Build both binaries (and the bench's direct copy and the demo) with the race detector (used by the e2e tests).
+build-race: ## Build both binaries (and the bench's direct copy, the demo and the test CONNECT proxy) with the race detector (used by the e2e tests).
 	go build -race -o bin/ferry-broker ./broker/cmd/ferry-broker
 	go build -race -o bin/ferry-edge ./edge/cmd/ferry-edge
 	go build -race -o bin/ferry-directcopy ./test/cmd/directcopy
 	go build -race -o bin/ferry-demo ./test/cmd/demo
+	go build -race -o bin/ferry-connect-proxy ./test/cmd/connect-proxy
 
 # Images: static binaries packed by test/tools/image (go-containerregistry)
 # into OCI archives, as deploy/images/*.Dockerfile would build them.

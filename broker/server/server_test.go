@@ -110,7 +110,7 @@ func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.P
 	}
 	tlsCfg, err := tlsconfig.Server(tlsconfig.Files{
 		CertFile: devpki.CertFile(pki, "broker"), KeyFile: devpki.KeyFile(pki, "broker"), CAFile: filepath.Join(pki, devpki.CACertFile),
-	})
+	}, tlsconfig.Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func (tb *testBroker) dial(t *testing.T, client string) *grpc.ClientConn {
 	t.Helper()
 	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{
 		CertFile: devpki.CertFile(tb.pki, client), KeyFile: devpki.KeyFile(tb.pki, client), CAFile: filepath.Join(tb.pki, devpki.CACertFile),
-	}, "")
+	}, "", tlsconfig.Profile{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestHandlerPanicBecomesInternal(t *testing.T) {
 	tb := startTestBroker(t, fakeResolver{}) // only for its PKI
 	tlsCfg, err := tlsconfig.Server(tlsconfig.Files{
 		CertFile: devpki.CertFile(tb.pki, "broker"), KeyFile: devpki.KeyFile(tb.pki, "broker"), CAFile: filepath.Join(tb.pki, devpki.CACertFile),
-	})
+	}, tlsconfig.Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

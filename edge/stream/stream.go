@@ -9,13 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -39,6 +39,10 @@ type Options struct {
 	// for every dial: a rotated CA bundle or certificate is used from the
 	// next connection on.
 	TLS *tlsconfig.ClientConfig
+	// Dial opens the TCP connection to the broker (proxydial.Dialer.Dial:
+	// directly or through an HTTP CONNECT proxy). Optional: a plain
+	// net.Dialer when nil.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// AgentName is sent in the hello; a DNS label.
 	AgentName string
 	// HeartbeatInterval is the edge's heartbeat proposal.
@@ -194,17 +198,27 @@ func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) 
 // reconnect re-reads rotated certificates and follows the backoff above
 // rather than gRPC's internal one.
 func (c *Client) session(ctx context.Context) (accepted bool, err error) {
-	tlsCfg, err := c.opts.TLS.Config()
+	creds, err := c.opts.TLS.Credentials()
 	if err != nil {
 		return false, err
 	}
+	dial := c.opts.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
 	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithTransportCredentials(creds),
+		// The dial function alone decides the route (and does its own name
+		// resolution, or leaves it to the proxy): gRPC's own proxy support
+		// and its resolver stay out of the way.
+		grpc.WithContextDialer(dial),
+		grpc.WithNoProxy(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
 		grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),
 	}
-	conn, err := grpc.NewClient(c.opts.BrokerAddress, dialOpts...)
+	conn, err := grpc.NewClient("passthrough:///"+c.opts.BrokerAddress, dialOpts...)
 	if err != nil {
 		return false, fmt.Errorf("invalid broker address %q: %w", c.opts.BrokerAddress, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/backoff"
@@ -24,7 +25,9 @@ import (
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/proxydial"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
+	"github.com/ferry-dev/ferry/test/connectproxy"
 )
 
 func TestAttemptResult(t *testing.T) {
@@ -136,12 +139,12 @@ func startFakeBroker(t *testing.T, broker *fakeBroker) (addr string, clientTLS *
 		t.Fatal(err)
 	}
 	serverTLS, err := tlsconfig.Server(tlsconfig.Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"),
-		CAFile: filepath.Join(dir, devpki.CACertFile)})
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, tlsconfig.Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	clientTLS, err = tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
-		CAFile: filepath.Join(dir, devpki.CACertFile)}, "")
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, "", tlsconfig.Profile{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,13 +274,15 @@ func attempts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 
 // fakeBroker refuses the first refuse streams, and every stream while
 // revoked is set, then accepts and holds the stream open until the client
-// leaves or end ends it with a status.
+// leaves or end ends it with a status, sending a heartbeat every heartbeat
+// when that is not zero.
 type fakeBroker struct {
 	ferryv1.UnimplementedSyncServiceServer
-	mu      sync.Mutex
-	refuse  int
-	revoked error
-	end     chan error
+	mu        sync.Mutex
+	refuse    int
+	revoked   error
+	end       chan error
+	heartbeat time.Duration
 }
 
 func (b *fakeBroker) setRevoked(err error) {
@@ -302,9 +307,26 @@ func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		return revoked
 	}
 	if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
-		ProtocolVersion: protocol.Version, SessionId: "s1",
+		ProtocolVersion: protocol.Version, SessionId: "s1", HeartbeatInterval: durationpb.New(b.heartbeat),
 	}}}); err != nil {
 		return err
+	}
+	if b.heartbeat > 0 {
+		// Send is not called concurrently: this goroutine alone sends.
+		go func() {
+			t := time.NewTicker(b.heartbeat)
+			defer t.Stop()
+			for {
+				select {
+				case <-stream.Context().Done():
+					return
+				case <-t.C:
+					if stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: &ferryv1.Heartbeat{}}}) != nil {
+						return
+					}
+				}
+			}
+		}()
 	}
 	left := make(chan struct{})
 	go func() {
@@ -363,3 +385,89 @@ func (h *fakeHandler) Handle(m *ferryv1.ConnectResponse) error {
 }
 
 func (h *fakeHandler) TooLarge(*ferryv1.ConnectRequest, int, int) {}
+
+// TestHeartbeatsKeepAnIdleStreamThroughAProxy runs the edge through an HTTP
+// CONNECT proxy that closes tunnels idle for 2.5 s, as middleboxes with
+// idle timeouts do. Nothing but heartbeats (1 s) crosses the stream; the
+// HTTP/2 keepalive pings would come only after 30 s without traffic, so
+// within the test only the application heartbeats can keep the tunnel
+// open: the stream must outlive several idle timeouts on one connection.
+func TestHeartbeatsKeepAnIdleStreamThroughAProxy(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := devpki.LoadOrCreateCA(dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.IssueServer(dir, "broker", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.IssueClient(dir, "edge", devpki.IdentityFor("edge")); err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := tlsconfig.Server(tlsconfig.Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"),
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, tlsconfig.Profile{}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS, err := tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, "", tlsconfig.Profile{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	ferryv1.RegisterSyncServiceServer(srv, &fakeBroker{heartbeat: time.Second})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	proxyLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 2500 * time.Millisecond
+	proxy := connectproxy.New(connectproxy.Options{Auth: "edge:pw", IdleTimeout: idle, Log: logr.Discard()})
+	proxyDone := make(chan struct{})
+	go func() {
+		defer close(proxyDone)
+		_ = proxy.Serve(ctx, proxyLis)
+	}()
+	defer func() { cancel(); <-proxyDone }()
+	dialer, err := proxydial.New(proxydial.Options{ProxyURL: "http://edge:pw@" + proxyLis.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	h := &fakeHandler{}
+	c := New(Options{
+		BrokerAddress: lis.Addr().String(), TLS: clientTLS, Dial: dialer.Dial, AgentName: "edge",
+		HeartbeatInterval: time.Second, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
+		Backoff: &backoff.Exponential{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Handler: h, Log: logr.Discard(),
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("never connected")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(3 * idle)
+	if !c.Connected() || h.connects() != 1 {
+		t.Errorf("after %s idle: connected %v, %d connects; want the first stream still up", 3*idle, c.Connected(), h.connects())
+	}
+	if got := proxy.Counts(); got.Accepted != 1 || got.IdleClosed != 0 {
+		t.Errorf("proxy counts %+v, want one tunnel, never closed for idleness", got)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}

@@ -5,6 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/ferry-dev/ferry/pkg/logging"
 )
 
 // Files names the PEM files of one side of the connection.
@@ -18,10 +23,17 @@ type Files struct {
 	CAFile string
 }
 
-// Server returns the broker's TLS configuration: TLS 1.3 only, a client
-// certificate signed by CAFile is required. Certificate, key and CA bundle
-// are reloaded when their files change.
-func Server(f Files) (*tls.Config, error) {
+// Server returns the broker's TLS configuration: versions and suites from
+// the profile (default TLS 1.3 only), a client certificate signed by CAFile
+// is required. Certificate, key and CA bundle are reloaded when their files
+// change. A client hello that cannot meet the profile is logged with the
+// mismatch, once per handshake, and refused by crypto/tls with the alert
+// the protocol defines (protocol_version, handshake_failure), which the
+// edge reports.
+func Server(f Files, p Profile, log logr.Logger) (*tls.Config, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	keyPair, err := newReloading(parseKeyPair, f.CertFile, f.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("server certificate: %w", err)
@@ -31,13 +43,15 @@ func Server(f Files) (*tls.Config, error) {
 		return nil, fmt.Errorf("client CA: %w", err)
 	}
 	base := &tls.Config{
-		MinVersion: tls.VersionTLS13,
 		ClientAuth: tls.RequireAndVerifyClientCert,
 		NextProtos: []string{"h2"},
 	}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+	p.Apply(base)
+	outer := &tls.Config{
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if why := p.Mismatch(hello); why != "" {
+				log.Info("refusing TLS handshake: the client's TLS versions or cipher suites do not meet this broker's profile", logging.KeyReason, why)
+			}
 			cert, err := keyPair.get()
 			if err != nil {
 				return nil, err
@@ -51,7 +65,9 @@ func Server(f Files) (*tls.Config, error) {
 			c.ClientCAs = pool
 			return c, nil
 		},
-	}, nil
+	}
+	p.Apply(outer)
+	return outer, nil
 }
 
 // ClientConfig is the edge's TLS configuration, kept in step with its files:
@@ -61,12 +77,17 @@ type ClientConfig struct {
 	keyPair    *reloading[*tls.Certificate]
 	roots      *reloading[*x509.CertPool]
 	serverName string
+	profile    Profile
 }
 
-// Client reads the edge's files: TLS 1.3 only, the broker is verified against
-// CAFile (for serverName when not empty, else the dialled host), and the edge
-// presents CertFile. It fails when a file is missing or invalid, naming it.
-func Client(f Files, serverName string) (*ClientConfig, error) {
+// Client reads the edge's files: versions and suites from the profile
+// (default TLS 1.3 only), the broker is verified against CAFile (for
+// serverName when not empty, else the dialled host), and the edge presents
+// CertFile. It fails when a file is missing or invalid, naming it.
+func Client(f Files, serverName string, p Profile) (*ClientConfig, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	keyPair, err := newReloading(parseKeyPair, f.CertFile, f.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("client certificate: %w", err)
@@ -78,7 +99,7 @@ func Client(f Files, serverName string) (*ClientConfig, error) {
 	if _, err := Identity(keyPair.value.Leaf); err != nil {
 		return nil, fmt.Errorf("client certificate %s: %w", f.CertFile, err)
 	}
-	return &ClientConfig{keyPair: keyPair, roots: roots, serverName: serverName}, nil
+	return &ClientConfig{keyPair: keyPair, roots: roots, serverName: serverName, profile: p}, nil
 }
 
 // Config returns the configuration of one connection: it trusts the CA bundle
@@ -90,15 +111,29 @@ func (c *ClientConfig) Config() (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker CA: %w", err)
 	}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
+	cfg := &tls.Config{
 		RootCAs:    pool,
 		ServerName: c.serverName,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return c.keyPair.get()
 		},
-	}, nil
+	}
+	c.profile.Apply(cfg)
+	return cfg, nil
 }
+
+// Credentials are Config as gRPC transport credentials whose failed
+// handshakes are HandshakeErrors naming the edge's profile.
+func (c *ClientConfig) Credentials() (credentials.TransportCredentials, error) {
+	cfg, err := c.Config()
+	if err != nil {
+		return nil, err
+	}
+	return profiledCredentials{TransportCredentials: credentials.NewTLS(cfg), profile: c.profile}, nil
+}
+
+// Profile is the edge's TLS profile, for its start-up log.
+func (c *ClientConfig) Profile() Profile { return c.profile }
 
 // Identity is the identity a certificate carries: its first URI SAN, or the
 // subject common name when it has no URI SAN.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/ferry-dev/ferry/pkg/devpki"
 )
 
@@ -57,7 +59,7 @@ func newPKI(t *testing.T, clients ...string) (string, *devpki.CA) {
 
 func TestServerIsTLS13WithRequiredClientCert(t *testing.T) {
 	dir, _ := newPKI(t)
-	cfg, err := Server(Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"), CAFile: filepath.Join(dir, devpki.CACertFile)})
+	cfg, err := Server(Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"), CAFile: filepath.Join(dir, devpki.CACertFile)}, Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestServerIsTLS13WithRequiredClientCert(t *testing.T) {
 func TestServerReloadsRotatedCertificate(t *testing.T) {
 	dir, ca := newPKI(t)
 	files := Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"), CAFile: filepath.Join(dir, devpki.CACertFile)}
-	cfg, err := Server(files)
+	cfg, err := Server(files, Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +118,13 @@ func TestServerReloadsRotatedCertificate(t *testing.T) {
 func TestConstructorsNameTheBadFile(t *testing.T) {
 	dir, _ := newPKI(t, "edge")
 	missing := filepath.Join(dir, "missing.crt")
-	if _, err := Server(Files{CertFile: missing, KeyFile: devpki.KeyFile(dir, "broker"), CAFile: filepath.Join(dir, devpki.CACertFile)}); err == nil || !strings.Contains(err.Error(), "missing.crt") {
+	if _, err := Server(Files{CertFile: missing, KeyFile: devpki.KeyFile(dir, "broker"), CAFile: filepath.Join(dir, devpki.CACertFile)}, Profile{}, logr.Discard()); err == nil || !strings.Contains(err.Error(), "missing.crt") {
 		t.Errorf("Server with a missing certificate: %v", err)
 	}
-	if _, err := Client(Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"), CAFile: devpki.CertFile(dir, "edge") + ".nope"}, ""); err == nil || !strings.Contains(err.Error(), ".nope") {
+	if _, err := Client(Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"), CAFile: devpki.CertFile(dir, "edge") + ".nope"}, "", Profile{}); err == nil || !strings.Contains(err.Error(), ".nope") {
 		t.Errorf("Client with a missing CA: %v", err)
 	}
-	if _, err := Client(Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "broker"), CAFile: filepath.Join(dir, devpki.CACertFile)}, ""); err == nil || !strings.Contains(err.Error(), "edge.crt") {
+	if _, err := Client(Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "broker"), CAFile: filepath.Join(dir, devpki.CACertFile)}, "", Profile{}); err == nil || !strings.Contains(err.Error(), "edge.crt") {
 		t.Errorf("Client with a mismatched key: %v", err)
 	}
 }
@@ -133,7 +135,7 @@ func TestConstructorsNameTheBadFile(t *testing.T) {
 func TestClientReloadsRotatedCA(t *testing.T) {
 	dir, _ := newPKI(t, "edge")
 	caFile := filepath.Join(dir, devpki.CACertFile)
-	client, err := Client(Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"), CAFile: caFile}, "")
+	client, err := Client(Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"), CAFile: caFile}, "", Profile{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestClientReloadsRotatedCA(t *testing.T) {
 	if err := newCA.IssueServer(newDir, "broker", []string{"127.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
-	server, err := Server(Files{CertFile: devpki.CertFile(newDir, "broker"), KeyFile: devpki.KeyFile(newDir, "broker"), CAFile: caFile})
+	server, err := Server(Files{CertFile: devpki.CertFile(newDir, "broker"), KeyFile: devpki.KeyFile(newDir, "broker"), CAFile: caFile}, Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

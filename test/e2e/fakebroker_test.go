@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -72,7 +73,7 @@ func startFakeBroker(t testing.TB, pki, export string) *fakeBroker {
 	t.Helper()
 	tlsCfg, err := tlsconfig.Server(tlsconfig.Files{
 		CertFile: devpki.CertFile(pki, "broker"), KeyFile: devpki.KeyFile(pki, "broker"), CAFile: filepath.Join(pki, devpki.CACertFile),
-	})
+	}, tlsconfig.Profile{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,9 @@ type Binaries struct {
 	// Demo is make demo's program (test/cmd/demo); only its e2e test
 	// needs it.
 	Demo string
+	// ConnectProxy is the tests' HTTP CONNECT proxy
+	// (test/cmd/connect-proxy); only the proxy tests need it.
+	ConnectProxy string
 }
 
 // BinariesFromEnv reads the binary locations the Makefile exports and checks
@@ -33,6 +36,7 @@ func BinariesFromEnv() (Binaries, error) {
 		b.Edge = filepath.Join(binDir, "ferry-edge")
 		b.DirectCopy = filepath.Join(binDir, "ferry-directcopy")
 		b.Demo = filepath.Join(binDir, "ferry-demo")
+		b.ConnectProxy = filepath.Join(binDir, "ferry-connect-proxy")
 	}
 	for name, path := range map[string]string{
 		"FERRY_KCP_BIN": b.KCP, "FERRY_KUBE_APISERVER_BIN": b.KubeAPIServer, "FERRY_ETCD_BIN": b.Etcd,

@@ -183,7 +183,7 @@ func DialBroker(address, pkiDir, client string) (*grpc.ClientConn, error) {
 		CertFile: devpki.CertFile(pkiDir, client),
 		KeyFile:  devpki.KeyFile(pkiDir, client),
 		CAFile:   filepath.Join(pkiDir, devpki.CACertFile),
-	}, "")
+	}, "", tlsconfig.Profile{})
 	if err != nil {
 		return nil, err
 	}

@@ -54,12 +54,12 @@ func run(args []string) error {
 	if help, err := cli.Parse("ferry-broker", args, opts); help || err != nil {
 		return err
 	}
-	completed, err := opts.Complete()
+	log := cli.NewLogger("ferry-broker", &opts.Zap)
+	completed, err := opts.Complete(log)
 	if err != nil {
 		return err
 	}
-	log := cli.NewLogger("ferry-broker", &opts.Zap)
-	log.Info("starting", "version", version.String())
+	log.Info("starting", "version", version.String(), "tls", opts.TLSProfile.String())
 
 	m, err := metrics.NewBroker(ctrlmetrics.Registry, metrics.Certificate{Role: "server", File: opts.TLS.CertFile})
 	if err != nil {

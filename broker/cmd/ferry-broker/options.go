@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -28,6 +29,7 @@ type Options struct {
 	ConfigFile        string
 	KCPKubeconfig     string
 	TLS               tlsconfig.Files
+	TLSProfile        tlsconfig.Profile
 	HeartbeatInterval time.Duration
 	MaxMessageBytes   uint32
 	ShutdownTimeout   time.Duration
@@ -78,6 +80,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Server certificate (PEM); reloaded when the file changes.")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key", o.TLS.KeyFile, "Server private key (PEM); reloaded when the file changes.")
 	fs.StringVar(&o.TLS.CAFile, "client-ca", o.TLS.CAFile, "CA bundle (PEM) that signs edge and admin client certificates; reloaded when the file changes.")
+	o.TLSProfile.AddFlags(fs, "edges and admin clients")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to edges; a stream silent for three intervals is closed.")
 	fs.Uint32Var(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "Largest message accepted from an edge, in bytes.")
 	fs.DurationVar(&o.EngineIdleTimeout, "engine-idle-timeout", o.EngineIdleTimeout, "How long an APIExport's sync engine (kcp watches, caches, outbox) is kept while no edge is connected; a reconnect within it costs no re-list from kcp.")
@@ -113,6 +116,9 @@ func (o *Options) Validate() error {
 	}
 	if o.TLS.CAFile == "" {
 		errs = append(errs, errors.New("--client-ca is required"))
+	}
+	if err := o.TLSProfile.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.HeartbeatInterval < protocol.MinHeartbeatInterval {
 		errs = append(errs, fmt.Errorf("--heartbeat-interval must be at least %s", protocol.MinHeartbeatInterval))
@@ -157,14 +163,15 @@ type Completed struct {
 }
 
 // Complete loads the configuration file, the certificates and the kcp
-// kubeconfig; every failure names the file at fault.
-func (o *Options) Complete() (*Completed, error) {
+// kubeconfig; every failure names the file at fault. log receives the TLS
+// server's refusals.
+func (o *Options) Complete(log logr.Logger) (*Completed, error) {
 	var errs []error
 	cfg, err := config.Load(o.ConfigFile)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	tlsCfg, err := tlsconfig.Server(o.TLS)
+	tlsCfg, err := tlsconfig.Server(o.TLS, o.TLSProfile, log.WithName("tls"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("TLS (--tls-cert/--tls-key/--client-ca): %w", err))
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/ferry-dev/ferry/pkg/cli"
 )
 
 // TestVirtualWorkspaceURLRewriteOption: a rewrite entry that is not
@@ -33,6 +35,31 @@ func TestVirtualWorkspaceURLRewriteOption(t *testing.T) {
 			t.Errorf("%q: %v", tt.value, err)
 		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
 			t.Errorf("%q: error %v, want one saying %q", tt.value, err, tt.wantErr)
+		}
+	}
+}
+
+// TestTLSProfileFlags: the broker takes the same TLS profile flags as the
+// edge, checked with the rest of its options.
+func TestTLSProfileFlags(t *testing.T) {
+	base := []string{"--config", "broker.yaml", "--kcp-kubeconfig", "kcp.kubeconfig", "--tls-cert", "tls.crt", "--tls-key", "tls.key", "--client-ca", "ca.crt"}
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{},
+		{args: []string{"--tls-min-version", "1.3"}},
+		{args: []string{"--tls-min-version", "1.2", "--tls-cipher-suites", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}},
+		{args: []string{"--tls-cipher-suites", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}, wantErr: "--tls-cipher-suites applies to TLS 1.2 only"},
+		{args: []string{"--tls-min-version", "1.2", "--tls-cipher-suites", "TLS_RSA_WITH_AES_128_CBC_SHA"}, wantErr: "TLS_RSA_WITH_AES_128_CBC_SHA is insecure (valid: "},
+	}
+	for _, tt := range tests {
+		_, err := cli.Parse("ferry-broker", append(append([]string{}, base...), tt.args...), NewOptions())
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tt.args, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%q: error %v, want one saying %q", tt.args, err, tt.wantErr)
 		}
 	}
 }

@@ -216,6 +216,7 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	brokerStream := stream.New(stream.Options{
 		BrokerAddress:     opts.BrokerAddress,
 		TLS:               p.cfg.TLS,
+		Dial:              p.cfg.Dialer.Dial,
 		AgentName:         opts.AgentName,
 		HeartbeatInterval: opts.HeartbeatInterval,
 		MaxMessageBytes:   opts.MaxMessageBytes,

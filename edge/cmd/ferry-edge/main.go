@@ -46,7 +46,7 @@ func run(args []string) error {
 		return err
 	}
 	log := cli.NewLogger("ferry-edge", &opts.Zap)
-	log.Info("starting", "version", version.String(), "broker", opts.BrokerAddress)
+	log.Info("starting", "version", version.String(), "broker", opts.BrokerAddress, "route", completed.Dialer.Route(opts.BrokerAddress), "tls", opts.TLSProfile.String())
 	m, err := metrics.NewEdge(ctrlmetrics.Registry, metrics.Certificate{Role: "client", File: opts.TLS.CertFile})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/proxydial"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 )
 
@@ -23,7 +24,9 @@ import (
 type Options struct {
 	BrokerAddress           string
 	BrokerServerName        string
+	ProxyURL                string
 	TLS                     tlsconfig.Files
+	TLSProfile              tlsconfig.Profile
 	AgentName               string
 	Kubeconfig              string
 	HeartbeatInterval       time.Duration
@@ -76,9 +79,11 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BrokerAddress, "broker-address", o.BrokerAddress, "host:port of the ferry broker.")
 	fs.StringVar(&o.BrokerServerName, "broker-server-name", o.BrokerServerName, "Name expected in the broker's certificate; defaults to the host of --broker-address.")
+	fs.StringVar(&o.ProxyURL, "proxy-url", o.ProxyURL, "HTTP CONNECT proxy to reach the broker through, http://[user:password@]host:port or https://...; credentials are sent as Basic Proxy-Authorization. Empty: HTTPS_PROXY (or https_proxy) unless NO_PROXY matches the broker's host; neither: direct.")
 	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Client certificate (PEM); its URI SAN (or CN) is the edge's identity. Reloaded on reconnect when the file changes.")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key", o.TLS.KeyFile, "Client private key (PEM).")
 	fs.StringVar(&o.TLS.CAFile, "broker-ca", o.TLS.CAFile, "CA bundle (PEM) that signs the broker's certificate; reloaded on reconnect when the file changes.")
+	o.TLSProfile.AddFlags(fs, "broker")
 	fs.StringVar(&o.AgentName, "agent-name", o.AgentName, "Name of this edge (a DNS label), shown at the broker.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the service cluster; in-cluster configuration when empty.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to the broker; a stream silent for three intervals is closed.")
@@ -118,6 +123,9 @@ func (o *Options) Validate() error {
 	if o.TLS.CAFile == "" {
 		errs = append(errs, errors.New("--broker-ca is required"))
 	}
+	if err := o.TLSProfile.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if msgs := validation.IsDNS1123Label(o.AgentName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--agent-name %q must be a DNS label: %v", o.AgentName, msgs))
 	}
@@ -146,6 +154,7 @@ func (o *Options) Validate() error {
 type Completed struct {
 	*Options
 	TLS      *tlsconfig.ClientConfig
+	Dialer   *proxydial.Dialer
 	Service  *rest.Config
 	Selector labels.Selector
 }
@@ -153,9 +162,13 @@ type Completed struct {
 // Complete loads the certificates and the service cluster's kubeconfig.
 func (o *Options) Complete() (*Completed, error) {
 	var errs []error
-	tlsCfg, err := tlsconfig.Client(o.TLS, o.BrokerServerName)
+	tlsCfg, err := tlsconfig.Client(o.TLS, o.BrokerServerName, o.TLSProfile)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("TLS (--tls-cert/--tls-key/--broker-ca): %w", err))
+	}
+	dialer, err := proxydial.New(proxydial.Options{ProxyURL: o.ProxyURL})
+	if err != nil {
+		errs = append(errs, err)
 	}
 	svc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
@@ -169,5 +182,5 @@ func (o *Options) Complete() (*Completed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--published-resource-selector: %w", err)
 	}
-	return &Completed{Options: o, TLS: tlsCfg, Service: svc, Selector: selector}, nil
+	return &Completed{Options: o, TLS: tlsCfg, Dialer: dialer, Service: svc, Selector: selector}, nil
 }
