@@ -218,3 +218,48 @@ func (e *firewalledEnv) assertSyncs(t testing.TB, group, kind, plural string) {
 	// All of it on the one connection the edge made at the start.
 	assertLogLacks(t, e.edge, "reconnecting")
 }
+
+// TestFirewalledEdgeThroughProxy: the namespace's only way out leads to an
+// HTTP CONNECT proxy on the host (with authentication), not to the broker.
+// The edge names the broker by a host name only the proxy resolves, so its
+// stream can only have gone through the proxy; publishing, sync, status and
+// related objects work as with a direct port.
+func TestFirewalledEdgeThroughProxy(t *testing.T) {
+	ctx := context.Background()
+	var proxy *framework.ConnectProxy
+	var brokerTarget string
+	target := func(broker string) string {
+		_, port, err := net.SplitHostPort(broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		brokerTarget = net.JoinHostPort(proxiedBrokerHost, port)
+		proxy, err = framework.StartConnectProxy(ctx, env.bins, "fw-connect-proxy", testDir(t),
+			"--auth", "ferry:fw-proxy-secret", "--allow", brokerTarget, "--resolve", proxiedBrokerHost+"=127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopChecked(t, proxy.Process) })
+		return proxy.Address
+	}
+	e := newFirewalledEnv(t, target, func(o *framework.EdgeOptions, gateway string) {
+		// From the environment, as in a pod: a flag would show the
+		// password in the process list. The edge inherits the test's
+		// environment; its API server, on loopback, is not proxied.
+		t.Setenv("HTTPS_PROXY", "http://ferry:fw-proxy-secret@"+gateway)
+		t.Setenv("NO_PROXY", "")
+		t.Setenv("no_proxy", "")
+		o.BrokerAddress = brokerTarget
+		o.ExtraArgs = append(o.ExtraArgs, "--broker-server-name", "localhost")
+	})
+	e.assertSyncs(t, "fwproxy.example.com", "Tollgate", "tollgates")
+	counts, err := proxy.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts["accepted"] != 1 || counts["refused"] != 0 {
+		t.Errorf("proxy counts %v, want exactly the edge's one tunnel and no refusal", counts)
+	}
+	waitLog(t, proxy.Process, 5*time.Second, "CONNECT accepted", brokerTarget)
+	assertLogLacks(t, e.edge, "fw-proxy-secret")
+}
