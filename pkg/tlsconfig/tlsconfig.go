@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Files names the PEM files of one side of the connection.
@@ -58,9 +59,13 @@ func Server(f Files) (*tls.Config, error) {
 // the CA bundle that verifies the broker and the client certificate are read
 // again when they change, so rotating either needs no restart.
 type ClientConfig struct {
-	keyPair    *reloading[*tls.Certificate]
-	roots      *reloading[*x509.CertPool]
+	// keyPair and roots are the credential source: files re-read when they
+	// change (Client), or credentials held in memory and swapped on renewal
+	// (NewMemoryClient).
+	keyPair    func() (*tls.Certificate, error)
+	roots      func() (*x509.CertPool, error)
 	serverName string
+	memory     *atomic.Pointer[Credentials]
 }
 
 // Client reads the edge's files: TLS 1.3 only, the broker is verified against
@@ -78,7 +83,7 @@ func Client(f Files, serverName string) (*ClientConfig, error) {
 	if _, err := Identity(keyPair.value.Leaf); err != nil {
 		return nil, fmt.Errorf("client certificate %s: %w", f.CertFile, err)
 	}
-	return &ClientConfig{keyPair: keyPair, roots: roots, serverName: serverName}, nil
+	return &ClientConfig{keyPair: keyPair.get, roots: roots.get, serverName: serverName}, nil
 }
 
 // Config returns the configuration of one connection: it trusts the CA bundle
@@ -86,7 +91,7 @@ func Client(f Files, serverName string) (*ClientConfig, error) {
 // at the handshake. Call it for every dial. A rotation that leaves a file
 // unreadable or invalid keeps the last good bundle or certificate.
 func (c *ClientConfig) Config() (*tls.Config, error) {
-	pool, err := c.roots.get()
+	pool, err := c.roots()
 	if err != nil {
 		return nil, fmt.Errorf("broker CA: %w", err)
 	}
@@ -95,7 +100,7 @@ func (c *ClientConfig) Config() (*tls.Config, error) {
 		RootCAs:    pool,
 		ServerName: c.serverName,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return c.keyPair.get()
+			return c.keyPair()
 		},
 	}, nil
 }
