@@ -134,15 +134,9 @@ type Issued struct {
 // PKCS#10 request, DER). The request's subject and SANs are ignored; only
 // its key and signature are used.
 func (s *Signer) Sign(csrDER []byte, identity string) (*Issued, error) {
-	csr, err := x509.ParseCertificateRequest(csrDER)
+	csr, err := CheckRequest(csrDER)
 	if err != nil {
-		return nil, &InvalidRequestError{Err: err}
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, &InvalidRequestError{Err: fmt.Errorf("signature: %w", err)}
-	}
-	if err := acceptableKey(csr.PublicKey); err != nil {
-		return nil, &InvalidRequestError{Err: err}
+		return nil, err
 	}
 	if identity == "" {
 		return nil, errors.New("no identity to sign for")
@@ -186,6 +180,23 @@ func (s *Signer) Sign(csrDER []byte, identity string) (*Issued, error) {
 		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ca.Raw})...)
 	}
 	return &Issued{ChainPEM: chain, Leaf: leaf}, nil
+}
+
+// CheckRequest parses a PKCS#10 request and checks its signature and key;
+// errors are *InvalidRequestError. Enrol calls it before it consumes the
+// token, so a broken request does not burn a token.
+func CheckRequest(csrDER []byte) (*x509.CertificateRequest, error) {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil, &InvalidRequestError{Err: err}
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, &InvalidRequestError{Err: fmt.Errorf("signature: %w", err)}
+	}
+	if err := acceptableKey(csr.PublicKey); err != nil {
+		return nil, &InvalidRequestError{Err: err}
+	}
+	return csr, nil
 }
 
 // acceptableKey admits ECDSA P-256/P-384, Ed25519 and RSA of at least 2048

@@ -49,6 +49,9 @@ var (
 	ErrTokenUnknown = errors.New("enrolment token is unknown or was already used")
 	ErrTokenUsed    = errors.New("enrolment token was already used")
 	ErrTokenFormat  = errors.New("enrolment token is malformed (want <edge name>.<secret>)")
+	// ErrNotConfigured refuses a token for an identity the configuration
+	// does not list.
+	ErrNotConfigured = errors.New("not a configured edge")
 )
 
 // TokenExpiredError refuses a token past its expiry.
@@ -103,7 +106,7 @@ func ValidateTTL(ttl time.Duration) (time.Duration, error) {
 func (s *TokenStore) Create(ctx context.Context, identity string, ttl time.Duration) (*Token, error) {
 	entry, ok := s.cfg.EdgeFor(identity)
 	if !ok {
-		return nil, fmt.Errorf("identity %q is not a configured edge", identity)
+		return nil, fmt.Errorf("identity %q is %w", identity, ErrNotConfigured)
 	}
 	ttl, err := ValidateTTL(ttl)
 	if err != nil {

@@ -24,6 +24,8 @@ type adminService struct {
 	// workspaces resolves workspace paths for GetObjectState; nil accepts
 	// logical cluster names only.
 	workspaces WorkspaceResolver
+	// enrolment creates enrolment tokens.
+	enrolment *enrolmentService
 }
 
 var _ ferryv1.AdminServiceServer = (*adminService)(nil)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 
 	"google.golang.org/grpc/credentials"
@@ -29,4 +30,22 @@ func identityFrom(ctx context.Context) (id, addr string, err error) {
 	}
 	id, err = tlsconfig.Identity(chains[0][0])
 	return id, p.Addr.String(), err
+}
+
+// clientLeaf returns the verified client certificate of the call in ctx, or
+// nil.
+func clientLeaf(ctx context.Context) *x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	tlsInfo, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	chains := tlsInfo.State.VerifiedChains
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return nil
+	}
+	return chains[0][0]
 }

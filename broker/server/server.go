@@ -68,6 +68,9 @@ type Options struct {
 	// EdgeLeases configure the Lease per configured edge in kcp; a zero
 	// value writes none.
 	EdgeLeases EdgeLeaseOptions
+	// Enrolment issues edge certificates (enrolment and renewal); a zero
+	// value turns both off.
+	Enrolment EnrolmentOptions
 }
 
 // Server is the broker's gRPC server.
@@ -102,6 +105,8 @@ func New(o Options) *Server {
 		return served{Engine: eng, objects: objects}
 	})
 	leases := newEdgeLeases(o)
+	enrol := &enrolmentService{opts: o.Enrolment, log: o.Log.WithName("enrolment")}
+	ferryv1.RegisterEnrolmentServiceServer(g, enrol)
 	ferryv1.RegisterSyncServiceServer(g, &syncService{
 		cfg:               o.Config,
 		registry:          registry,
@@ -113,8 +118,9 @@ func New(o Options) *Server {
 		log:               log,
 		metrics:           o.Metrics,
 		leases:            leases,
+		enrolment:         enrol,
 	})
-	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver)})
+	ferryv1.RegisterAdminServiceServer(g, &adminService{cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver), enrolment: enrol})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
@@ -143,10 +149,12 @@ func newGRPCServer(o Options) *grpc.Server {
 		grpc.ChainUnaryInterceptor(
 			grpclogging.UnaryServerInterceptor(logger, logOpts...),
 			recovery.UnaryServerInterceptor(recoverOpts...),
+			requireClientCertUnary,
 		),
 		grpc.ChainStreamInterceptor(
 			grpclogging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recoverOpts...),
+			requireClientCertStream,
 		),
 		grpc.StatsHandler(o.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),
 	}

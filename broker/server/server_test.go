@@ -91,7 +91,7 @@ func startTestBroker(t *testing.T, resolver ExportResolver) *testBroker {
 	return startTestBrokerWith(t, resolver, &echoApplier{})
 }
 
-func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.PublishApplier) *testBroker {
+func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.PublishApplier, mutate ...func(pki string, o *Options)) *testBroker {
 	t.Helper()
 	pki := t.TempDir()
 	ca, err := devpki.LoadOrCreateCA(pki, "test")
@@ -112,7 +112,7 @@ func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{
+	opts := Options{
 		Config: &config.Config{
 			Edges: []config.Edge{
 				{Identity: devpki.IdentityFor("edge-a"), APIExport: exportA},
@@ -130,7 +130,11 @@ func startTestBrokerWith(t *testing.T, resolver ExportResolver, applier engine.P
 		MaxMessageBytes:   protocol.DefaultMaxMessageBytes,
 		ShutdownTimeout:   5 * time.Second,
 		Log:               logr.Discard(),
-	})
+	}
+	for _, m := range mutate {
+		m(pki, &opts)
+	}
+	srv := New(opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

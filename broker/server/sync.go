@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -21,6 +22,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/metrics"
 	"github.com/ferry-dev/ferry/pkg/protocol"
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 	"github.com/ferry-dev/ferry/pkg/version"
 )
 
@@ -50,6 +52,7 @@ type syncService struct {
 	log               logr.Logger
 	metrics           *metrics.Broker
 	leases            *edgeLeases
+	enrolment         *enrolmentService
 }
 
 var _ ferryv1.SyncServiceServer = (*syncService)(nil)
@@ -70,6 +73,10 @@ const (
 func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	ctx := stream.Context()
 	id, addr, err := identityFrom(ctx)
+	leaf := clientLeaf(ctx)
+	if err == nil && leaf == nil {
+		err = errors.New("no verified client certificate")
+	}
 	if err != nil {
 		s.metrics.HandshakeRefused(refusedUnauthenticated)
 		return status.Error(codes.Unauthenticated, err.Error())
@@ -90,6 +97,11 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	// stream's context) and never touches the engine.
 	streamCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The stream lives no longer than the certificate it was authenticated
+	// with: a timer, so an idle stream ends on time too.
+	expiry := time.AfterFunc(time.Until(leaf.NotAfter), func() { cancel(&certificateExpiredError{at: leaf.NotAfter}) })
+	defer expiry.Stop()
+	fingerprint := tlsconfig.Fingerprint(leaf)
 	r := link.Receive(streamCtx, stream.Recv, receiveQueue)
 
 	hello, err := receiveHello(r)
@@ -130,7 +142,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		PeerAddress:         addr,
 		ProtocolVersion:     negotiated,
 		EdgeMaxMessageBytes: hello.GetMaxReceiveMessageBytes(),
-		Capabilities:        protocol.IntersectCapabilities(hello.GetCapabilities()),
+		Capabilities:        s.capabilities(hello),
 		ConnectedAt:         time.Now(),
 	}, func() { cancel(errShuttingDown) })
 
@@ -162,7 +174,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	interval := protocol.NegotiateHeartbeat(s.heartbeatInterval, hello.GetHeartbeatInterval().AsDuration())
 	err = stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
 		ProtocolVersion:        negotiated,
-		Capabilities:           protocol.IntersectCapabilities(hello.GetCapabilities()),
+		Capabilities:           s.capabilities(hello),
 		Identity:               id,
 		MaxReceiveMessageBytes: s.maxMessageBytes,
 		HeartbeatInterval:      durationpb.New(interval),
@@ -181,7 +193,14 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	maxSend := int(sess.EdgeMaxMessageBytes)
 	loop.Receiver = r
 	loop.Send = stream.Send
-	loop.Handle = eng.Handle
+	loop.Handle = func(m *ferryv1.ConnectRequest) error {
+		if r := m.GetCertificateRenewal(); r != nil {
+			// Signing is local CPU work (no network): fine on the
+			// dispatcher.
+			return loop.Control(s.enrolment.renew(r, id, fingerprint, log))
+		}
+		return eng.Handle(m)
+	}
 	loop.OnReceive = func() { sess.Seen(time.Now()) }
 	loop.Bulk = eng.NextIntent
 	loop.BulkReady = eng.BulkReady()
@@ -192,7 +211,10 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	loop.MaxSend, loop.Size = maxSend, engine.Size
 	loop.TooLarge = func(m *ferryv1.ConnectResponse, size int) { eng.TooLarge(m, size, maxSend) }
 	err = loop.Run(streamCtx)
+	var expired *certificateExpiredError
 	switch {
+	case errors.As(context.Cause(streamCtx), &expired):
+		err = status.Error(codes.Unauthenticated, expired.Error())
 	case errors.Is(context.Cause(streamCtx), errShuttingDown):
 		err = status.Error(codes.Unavailable, errShuttingDown.Error())
 	case link.IsEOF(err):
@@ -207,6 +229,23 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	log.Info("edge disconnected", logging.KeyReason, errorText(err))
 	edgeLease.disconnected(err)
 	return err
+}
+
+// capabilities are those both sides support, less certificate renewal
+// when this broker issues no certificates.
+func (s *syncService) capabilities(hello *ferryv1.EdgeHello) []ferryv1.Capability {
+	caps := protocol.IntersectCapabilities(hello.GetCapabilities())
+	if !s.enrolment.on() {
+		caps = slices.DeleteFunc(caps, func(c ferryv1.Capability) bool { return c == ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL })
+	}
+	return caps
+}
+
+// certificateExpiredError ends a stream whose client certificate expired.
+type certificateExpiredError struct{ at time.Time }
+
+func (e *certificateExpiredError) Error() string {
+	return "client certificate expired at " + e.at.UTC().Format(time.RFC3339) + "; reconnect with a renewed certificate"
 }
 
 // receiveHello waits for the first message, which must be an EdgeHello.

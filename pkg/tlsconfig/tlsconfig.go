@@ -20,8 +20,11 @@ type Files struct {
 }
 
 // Server returns the broker's TLS configuration: TLS 1.3 only, a client
-// certificate signed by CAFile is required. Certificate, key and CA bundle
-// are reloaded when their files change.
+// certificate, when given, must be signed by CAFile. A connection without
+// one is let through so an edge holding only an enrolment token can enrol;
+// the broker's interceptors refuse every other call without a verified
+// client certificate. Certificate, key and CA bundle are reloaded when
+// their files change.
 func Server(f Files) (*tls.Config, error) {
 	keyPair, err := newReloading(parseKeyPair, f.CertFile, f.KeyFile)
 	if err != nil {
@@ -33,7 +36,7 @@ func Server(f Files) (*tls.Config, error) {
 	}
 	base := &tls.Config{
 		MinVersion: tls.VersionTLS13,
-		ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientAuth: tls.VerifyClientCertIfGiven,
 		NextProtos: []string{"h2"},
 	}
 	return &tls.Config{
