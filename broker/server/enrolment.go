@@ -28,6 +28,9 @@ type EnrolmentOptions struct {
 	BrokerCA enrolment.BrokerCAFiles
 	// Blocklist is consulted before every signature; nil blocks nothing.
 	Blocklist enrolment.Blocklist
+	// DefaultTokenTTL is the lifetime of a token created without one;
+	// zero is enrolment.DefaultTokenTTL.
+	DefaultTokenTTL time.Duration
 }
 
 // errEnrolmentOff is the refusal of every enrolment call of a broker
@@ -154,7 +157,7 @@ func (e *enrolmentService) createToken(ctx context.Context, req *ferryv1.CreateE
 	if !e.on() {
 		return nil, errEnrolmentOff
 	}
-	var ttl time.Duration
+	ttl := e.opts.DefaultTokenTTL
 	if req.GetTtl() != nil {
 		ttl = req.GetTtl().AsDuration()
 		if ttl <= 0 {

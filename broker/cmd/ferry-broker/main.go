@@ -1,7 +1,8 @@
 // Command ferry-broker runs beside kcp: it holds the kcp credentials and
 // serves the gRPC endpoint that ferry edges dial. `ferry-broker dev-certs`
 // makes a development PKI; `ferry-broker release-finalizers` cleans up
-// after an edge that is uninstalled for good.
+// after an edge that is uninstalled for good; `ferry-broker
+// enrolment-token create` issues a one-time enrolment token.
 package main
 
 import (
@@ -15,8 +16,10 @@ import (
 	"strings"
 	"syscall"
 
+	"k8s.io/utils/clock"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/ferry-dev/ferry/broker/enrolment"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/broker/server"
@@ -29,6 +32,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "dev-certs" {
 		if err := runDevCerts(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "ferry-broker dev-certs: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "enrolment-token" && os.Args[2] == "create" {
+		if err := runCreateToken(os.Args[3:]); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-broker enrolment-token create: %v\n", err)
 			os.Exit(1)
 		}
 		return
@@ -83,6 +93,10 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on --listen-address %s: %w", opts.ListenAddress, err)
 	}
+	enrol, err := enrolmentOptions(completed)
+	if err != nil {
+		return err
+	}
 	srv := server.New(server.Options{
 		Config:            completed.Config,
 		TLS:               completed.TLS,
@@ -99,6 +113,7 @@ func run(args []string) error {
 		EdgeLeases: server.EdgeLeaseOptions{
 			Namespace: opts.EdgeLeaseNamespace, RenewInterval: opts.EdgeLeaseRenewInterval,
 		},
+		Enrolment: enrol,
 	})
 	if err := m.RegisterSource(ctrlmetrics.Registry, srv.MetricsSource()); err != nil {
 		return err
@@ -129,4 +144,22 @@ func run(args []string) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// enrolmentOptions wires the signing CA and the token store; the zero value
+// (enrolment off) without a signing CA.
+func enrolmentOptions(c *Completed) (server.EnrolmentOptions, error) {
+	if c.Signer == nil {
+		return server.EnrolmentOptions{}, nil
+	}
+	clients, err := enrolment.NewClients(c.KCP)
+	if err != nil {
+		return server.EnrolmentOptions{}, err
+	}
+	return server.EnrolmentOptions{
+		Signer:          c.Signer,
+		Tokens:          enrolment.NewTokenStore(clients, c.StateNamespace, c.Config, clock.RealClock{}),
+		BrokerCA:        c.BrokerCA,
+		DefaultTokenTTL: c.EnrolmentTokenTTL,
+	}, nil
 }
