@@ -129,3 +129,16 @@ func (c *ClientConfig) Leaf() (*x509.Certificate, error) {
 	}
 	return cert.Leaf, nil
 }
+
+// PEM returns the certificate chain and the private key (PKCS#8) as PEM,
+// for storing the credentials.
+func (c *Credentials) PEM() (chainPEM, keyPEM []byte, err error) {
+	for _, der := range c.Certificate.Certificate {
+		chainPEM = append(chainPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(c.Certificate.PrivateKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot encode the private key: %w", err)
+	}
+	return chainPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
+
+	"github.com/ferry-dev/ferry/pkg/cli"
 )
 
 // ready is the edge's readiness check. The leader is ready while its
@@ -13,6 +16,12 @@ import (
 // wait for the Lease, and failing it would block a rolling update that
 // keeps one replica leading.
 func (p *edgeProcess) ready(*http.Request) error {
+	if p.tls.Load() == nil {
+		return errors.New("enrolling (no client certificate yet)")
+	}
+	if notAfter, err := p.clientCertificateExpiry(); err == nil && time.Now().After(notAfter) {
+		return fmt.Errorf("the client certificate expired at %s", notAfter.UTC().Format(time.RFC3339))
+	}
 	cur := p.current.Load()
 	if cur == nil {
 		return errors.New("starting")
@@ -25,6 +34,11 @@ func (p *edgeProcess) ready(*http.Request) error {
 	}
 	if !cur.stream.Connected() {
 		return fmt.Errorf("no established stream to the broker at %s (the log says why; see ferry_edge_stream_attempts_total)", p.cfg.BrokerAddress)
+	}
+	if p.renewer != nil {
+		if err := p.renewer.Err(); err != nil {
+			return &cli.Degraded{Reason: "certificate renewal failing: " + err.Error()}
+		}
 	}
 	return nil
 }
