@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,6 +194,138 @@ func TestRunCountsAttemptsAndTracksTheConnection(t *testing.T) {
 	}
 }
 
+// startFakeBroker serves b over mutual TLS and returns its address and a
+// client TLS configuration for "edge".
+func startFakeBroker(t *testing.T, b *fakeBroker) (string, *tlsconfig.ClientConfig) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := devpki.LoadOrCreateCA(dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.IssueServer(dir, "broker", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.IssueClient(dir, "edge", devpki.IdentityFor("edge")); err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := tlsconfig.Server(tlsconfig.Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"),
+		CAFile: filepath.Join(dir, devpki.CACertFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS, err := tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
+		CAFile: filepath.Join(dir, devpki.CACertFile)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	ferryv1.RegisterSyncServiceServer(srv, b)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), clientTLS
+}
+
+// fakeRenewer renews once, on the first stream that offers it, then waits.
+type fakeRenewer struct {
+	mu      sync.Mutex
+	runs    int
+	answers chan *ferryv1.IssuedCertificate
+}
+
+func (r *fakeRenewer) Run(ctx context.Context, send func(*ferryv1.ConnectRequest) error) bool {
+	r.mu.Lock()
+	r.runs++
+	first := r.runs == 1
+	r.mu.Unlock()
+	if !first {
+		<-ctx.Done()
+		return false
+	}
+	if err := send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_CertificateRenewal{CertificateRenewal: &ferryv1.CertificateRenewal{}}}); err != nil {
+		return false
+	}
+	select {
+	case <-r.answers:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *fakeRenewer) Deliver(ic *ferryv1.IssuedCertificate) { r.answers <- ic }
+
+// TestRenewalReconnectsOnceAtOnce: after a renewal the stream ends and the
+// client reconnects at once (no backoff delay) exactly once; an edge with
+// a renewer announces the capability, one without does not.
+func TestRenewalReconnectsOnceAtOnce(t *testing.T) {
+	broker := &fakeBroker{offerRenewal: true}
+	addr, clientTLS := startFakeBroker(t, broker)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewEdge(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHandler{}
+	r := &fakeRenewer{answers: make(chan *ferryv1.IssuedCertificate, 1)}
+	c := New(Options{
+		BrokerAddress: addr, TLS: clientTLS, AgentName: "edge",
+		HeartbeatInterval: protocol.MinHeartbeatInterval, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
+		// A reconnect that waited for the backoff would take a minute.
+		Backoff: &backoff.Exponential{Initial: time.Minute, Max: time.Minute},
+		Handler: h, Log: logr.Discard(), Metrics: m, Renewer: r,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for h.connects() < 2 || !c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatalf("connects %d after a renewal, want a second one at once", h.connects())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a further reconnect would show now
+	if h.connects() != 2 || attempts(t, reg)["accepted"] != 2 {
+		t.Errorf("connects %d, attempts %v; want exactly one reconnect for the renewal", h.connects(), attempts(t, reg))
+	}
+	for i, caps := range broker.hellos() {
+		if !slices.Contains(caps, ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL) {
+			t.Errorf("hello %d announced %v, want certificate renewal", i, caps)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a renewer (certificates from files) the capability is not
+	// announced, and an IssuedCertificate is a protocol error.
+	plain := &fakeBroker{}
+	addr, clientTLS = startFakeBroker(t, plain)
+	c = New(Options{
+		BrokerAddress: addr, TLS: clientTLS, AgentName: "edge",
+		HeartbeatInterval: protocol.MinHeartbeatInterval, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
+		Backoff: &backoff.Exponential{Initial: time.Millisecond, Max: time.Millisecond}, Handler: &fakeHandler{}, Log: logr.Discard(),
+	})
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = c.Run(ctx) }()
+	for len(plain.hellos()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if caps := plain.hellos()[0]; slices.Contains(caps, ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL) {
+		t.Errorf("an edge without a renewer announced %v", caps)
+	}
+	if err := c.handle(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_IssuedCertificate{IssuedCertificate: &ferryv1.IssuedCertificate{}}}); err == nil {
+		t.Error("an unasked IssuedCertificate was accepted")
+	}
+}
+
 func attempts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -217,29 +350,52 @@ type fakeBroker struct {
 	ferryv1.UnimplementedSyncServiceServer
 	mu     sync.Mutex
 	refuse int
+	// offerRenewal announces certificate renewal and answers every
+	// CertificateRenewal with an (empty) IssuedCertificate.
+	offerRenewal bool
+	// helloCaps records the capabilities of every EdgeHello.
+	helloCaps [][]ferryv1.Capability
 }
 
 func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
-	if _, err := stream.Recv(); err != nil {
+	first, err := stream.Recv()
+	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	refuse := b.refuse > 0
 	b.refuse--
+	b.helloCaps = append(b.helloCaps, first.GetHello().GetCapabilities())
 	b.mu.Unlock()
 	if refuse {
 		return status.Error(codes.PermissionDenied, "identity not configured")
 	}
+	var caps []ferryv1.Capability
+	if b.offerRenewal {
+		caps = []ferryv1.Capability{ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL}
+	}
 	if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
-		ProtocolVersion: protocol.Version, SessionId: "s1",
+		ProtocolVersion: protocol.Version, SessionId: "s1", Capabilities: caps,
 	}}}); err != nil {
 		return err
 	}
 	for {
-		if _, err := stream.Recv(); err != nil {
+		msg, err := stream.Recv()
+		if err != nil {
 			return nil
 		}
+		if msg.GetCertificateRenewal() != nil {
+			if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_IssuedCertificate{IssuedCertificate: &ferryv1.IssuedCertificate{}}}); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+func (b *fakeBroker) hellos() [][]ferryv1.Capability {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.helloCaps)
 }
 
 type fakeHandler struct {
