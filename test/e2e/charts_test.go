@@ -407,6 +407,46 @@ func TestChartsEdgeTemplate(t *testing.T) {
 	})
 }
 
+// TestChartsEdgeEnrolment: with enrolment.enabled the edge gets a token
+// file, the fingerprint and its credentials Secret instead of certificate
+// files; the token Secret is optional.
+func TestChartsEdgeEnrolment(t *testing.T) {
+	h := newHelm(t)
+	const fp = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	objs := render(t, h, edgeChart, "ferry-edge", "ferry-system", append(slices.Clone(minimalEdgeValues),
+		"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint="+fp)...)
+	dep := deployment(t, objs, "ferry-edge")
+	c := onlyContainer(t, dep)
+	assertArgs(t, c.Args, "--enrolment-token-file=/etc/ferry/enrolment/token", "--broker-ca-fingerprint="+fp,
+		"--credentials-secret=ferry-system/ferry-edge-credentials")
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--tls-cert") || strings.HasPrefix(a, "--broker-ca=") {
+			t.Errorf("an enrolling edge got %s", a)
+		}
+	}
+	assertFlagsKnown(t, env.bins.Edge, c.Args)
+	assertVolumeSecret(t, dep, "enrolment-token", "ferry-edge-enrolment-token")
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Name == "enrolment-token" && (v.Secret.Optional == nil || !*v.Secret.Optional) {
+			t.Error("the token Secret is not optional: deleting it after enrolment would stop new pods")
+		}
+		if v.Name == "tls" {
+			t.Error("an enrolling edge mounts a certificate Secret")
+		}
+	}
+	for _, bad := range [][]string{
+		{"--set", "enrolment.enabled=true"},
+		{"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint=sha256:abc"},
+		{"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint=" + fp, "--set", "certManager.enabled=true",
+			"--set", "certManager.issuerRef.name=x", "--set", "certManager.identity=spiffe://x"},
+	} {
+		args := append([]string{"template", "ferry-edge", edgeChart, "-n", "ferry-system"}, append(slices.Clone(minimalEdgeValues), bad...)...)
+		if _, err := h.Run(context.Background(), args...); err == nil || !strings.Contains(err.Error(), "enrolment") {
+			t.Errorf("helm %v: %v, want a refusal naming enrolment", bad, err)
+		}
+	}
+}
+
 // TestChartsRejectBadValues: the values schemas and the charts' own checks
 // refuse bad values with a message that names the value.
 func TestChartsRejectBadValues(t *testing.T) {

@@ -64,6 +64,11 @@ app.kubernetes.io/part-of: ferry
 {{- default (include "ferry-edge.tlsSecretName" .) .Values.tls.brokerCA.existingSecret }}
 {{- end }}
 
+{{/* The Secret an enrolled edge keeps its credentials in. */}}
+{{- define "ferry-edge.credentialsSecretName" -}}
+{{- default (printf "%s-credentials" (include "ferry-edge.fullname" .)) .Values.enrolment.credentialsSecret }}
+{{- end }}
+
 {{/* Checks across values that the schema cannot express. */}}
 {{- define "ferry-edge.validate" -}}
 {{- if eq (int .Values.metrics.port) (int .Values.health.port) }}
@@ -73,6 +78,9 @@ app.kubernetes.io/part-of: ferry
 {{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicaCount above 1 needs leaderElection.enabled: without it every replica would connect to the broker" }}
+{{- end }}
+{{- if and .Values.enrolment.enabled .Values.certManager.enabled }}
+{{- fail "enrolment.enabled and certManager.enabled exclude each other: an enrolled edge gets its certificate from the broker" }}
 {{- end }}
 {{- if .Values.certManager.enabled }}
 {{- if not .Values.certManager.issuerRef.name }}
