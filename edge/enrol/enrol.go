@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
@@ -51,6 +52,22 @@ type Options struct {
 	Timeout time.Duration
 }
 
+// PermanentError is an enrolment failure that trying again cannot fix: the
+// broker refused the token, or it is not the broker the fingerprint pins.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// permanent wraps err unless the status code says "try again".
+func permanent(err error) error {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Canceled:
+		return err
+	}
+	return &PermanentError{Err: err}
+}
+
 // Enrol obtains the edge's credentials. It first fetches the broker's CA
 // bundle over a connection it does not trust yet, checks that the bundle
 // holds the pinned CA and that it verifies the certificate that connection
@@ -59,7 +76,7 @@ type Options struct {
 func Enrol(ctx context.Context, o Options) (*tlsconfig.Credentials, error) {
 	pinned, err := tlsconfig.ParseFingerprint(o.Fingerprint)
 	if err != nil {
-		return nil, err
+		return nil, &PermanentError{Err: err}
 	}
 	serverName := o.ServerName
 	if serverName == "" {
@@ -96,7 +113,11 @@ func Enrol(ctx context.Context, o Options) (*tlsconfig.Credentials, error) {
 	resp, err := ferryv1.NewEnrolmentServiceClient(conn).Enrol(callCtx, &ferryv1.EnrolRequest{Token: o.Token, CertificateSigningRequestDer: csr})
 	if err != nil {
 		st := status.Convert(err)
-		return nil, fmt.Errorf("the broker at %s refused the enrolment (%s): %s", o.BrokerAddress, st.Code(), st.Message())
+		wrapped := fmt.Errorf("the broker at %s refused the enrolment (%s): %s", o.BrokerAddress, st.Code(), st.Message())
+		if _, isPermanent := permanent(err).(*PermanentError); isPermanent {
+			return nil, &PermanentError{Err: wrapped}
+		}
+		return nil, wrapped
 	}
 	caBundle := resp.GetBrokerCaBundlePem()
 	if len(caBundle) == 0 {
@@ -104,7 +125,7 @@ func Enrol(ctx context.Context, o Options) (*tlsconfig.Credentials, error) {
 	}
 	creds, err := Credentials(key, resp.GetCertificateChainPem(), caBundle, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("the broker's enrolment answer is unusable: %w", err)
+		return nil, &PermanentError{Err: fmt.Errorf("the broker's enrolment answer is unusable: %w", err)}
 	}
 	return creds, nil
 }
@@ -132,12 +153,16 @@ func fetchBrokerCA(ctx context.Context, o Options, serverName, pinned string, ti
 	resp, err := ferryv1.NewEnrolmentServiceClient(conn).GetBrokerCA(callCtx, &ferryv1.GetBrokerCARequest{})
 	if err != nil {
 		st := status.Convert(err)
-		return nil, nil, fmt.Errorf("cannot get the broker's CA bundle from %s (%s): %s", o.BrokerAddress, st.Code(), st.Message())
+		wrapped := fmt.Errorf("cannot get the broker's CA bundle from %s (%s): %s", o.BrokerAddress, st.Code(), st.Message())
+		if _, isPermanent := permanent(err).(*PermanentError); isPermanent {
+			return nil, nil, &PermanentError{Err: wrapped}
+		}
+		return nil, nil, wrapped
 	}
 	bundle := resp.GetBrokerCaBundlePem()
 	certs, err := tlsconfig.ParseCertificates(bundle)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the broker's CA bundle: %w", err)
+		return nil, nil, &PermanentError{Err: fmt.Errorf("the broker's CA bundle: %w", err)}
 	}
 	var found bool
 	var seen []string
@@ -149,7 +174,7 @@ func fetchBrokerCA(ctx context.Context, o Options, serverName, pinned string, ti
 		roots.AddCert(c)
 	}
 	if !found {
-		return nil, nil, fmt.Errorf("the broker's CA bundle holds no certificate with the pinned fingerprint %s (--broker-ca-fingerprint); it holds %s", pinned, strings.Join(seen, ", "))
+		return nil, nil, &PermanentError{Err: fmt.Errorf("the broker's CA bundle holds no certificate with the pinned fingerprint %s (--broker-ca-fingerprint); it holds %s", pinned, strings.Join(seen, ", "))}
 	}
 	if len(peer) == 0 {
 		return nil, nil, errors.New("the broker presented no certificate")
@@ -159,7 +184,7 @@ func fetchBrokerCA(ctx context.Context, o Options, serverName, pinned string, ti
 		inters.AddCert(c)
 	}
 	if _, err := peer[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, DNSName: serverName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		return nil, nil, fmt.Errorf("the broker's certificate does not verify against its CA bundle for %q: %w", serverName, err)
+		return nil, nil, &PermanentError{Err: fmt.Errorf("the broker's certificate does not verify against its CA bundle for %q: %w", serverName, err)}
 	}
 	return bundle, roots, nil
 }

@@ -3,6 +3,7 @@ package enrol
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -161,6 +162,10 @@ func TestEnrol(t *testing.T) {
 				t.Error("the dial function was not used")
 			}
 			if len(tc.wantErr) > 0 {
+				var perm *PermanentError
+				if !errors.As(err, &perm) {
+					t.Errorf("error %v is not permanent: the edge would retry it", err)
+				}
 				for _, want := range tc.wantErr {
 					if err == nil || !strings.Contains(err.Error(), want) {
 						t.Fatalf("error = %v, want it to say %q", err, want)
@@ -178,5 +183,24 @@ func TestEnrol(t *testing.T) {
 				t.Fatal("the CA bundle is not the broker's")
 			}
 		})
+	}
+}
+
+// TestEnrolUnreachableIsTransient: an unreachable broker is a transient
+// failure (the edge retries); it is not a PermanentError.
+func TestEnrolUnreachableIsTransient(t *testing.T) {
+	pki := newTestPKI(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = Enrol(ctx, Options{BrokerAddress: addr, Token: "t", Fingerprint: pki.fingerprint(t), Timeout: 2 * time.Second})
+	var perm *PermanentError
+	if err == nil || errors.As(err, &perm) {
+		t.Fatalf("Enrol against nothing = %v, want a transient error", err)
 	}
 }

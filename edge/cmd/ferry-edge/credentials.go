@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-dev/ferry/edge/enrol"
+	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 )
@@ -52,11 +53,7 @@ func (p *edgeProcess) setupCredentials(ctx context.Context) error {
 			p.log.Info("the stored credentials are unusable; enrolling with the token", logging.KeyReason, err.Error())
 		}
 		p.log.Info("enrolling with the broker", "broker", opts.BrokerAddress, "secret", store.String())
-		creds, err = enrol.Enrol(ctx, enrol.Options{
-			BrokerAddress: opts.BrokerAddress, ServerName: opts.BrokerServerName,
-			Token: token, Fingerprint: opts.BrokerCAFingerprint, Dial: p.dial,
-		})
-		if err != nil {
+		if creds, err = p.enrolRetrying(ctx, token); err != nil {
 			return fmt.Errorf("enrolment failed: %w", err)
 		}
 		if err := store.Save(ctx, creds); err != nil {
@@ -72,6 +69,31 @@ func (p *edgeProcess) setupCredentials(ctx context.Context) error {
 		TLS: p.cfg.TLS, Store: store, Installed: installed, Metrics: p.metrics, Log: p.log.WithName("renewal"),
 	})
 	return nil
+}
+
+// enrolRetrying enrols; a broker that cannot be reached (or answers
+// "unavailable") is tried again with the reconnect backoff, a refusal ends
+// the attempts.
+func (p *edgeProcess) enrolRetrying(ctx context.Context, token string) (*tlsconfig.Credentials, error) {
+	opts := p.cfg.Options
+	b := &backoff.Exponential{Initial: opts.BackoffInitial, Max: max(opts.BackoffMax, opts.BackoffInitial)}
+	for attempt := 1; ; attempt++ {
+		creds, err := enrol.Enrol(ctx, enrol.Options{
+			BrokerAddress: opts.BrokerAddress, ServerName: opts.BrokerServerName,
+			Token: token, Fingerprint: opts.BrokerCAFingerprint, Dial: p.dial,
+		})
+		var perm *enrol.PermanentError
+		if err == nil || errors.As(err, &perm) || ctx.Err() != nil {
+			return creds, err
+		}
+		delay := b.Next()
+		p.log.Info("cannot enrol yet; retrying", logging.KeyReason, err.Error(), logging.KeyAttempt, attempt, logging.KeyDelay, delay.String())
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
 }
 
 // refreshCredentials picks up credentials another replica renewed while
