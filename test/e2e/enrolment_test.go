@@ -47,8 +47,19 @@ type enrolEnv struct {
 
 func newEnrolEnv(t *testing.T, brokerArgs ...string) *enrolEnv {
 	t.Helper()
+	pki := newPKI(t, "pki", "admin")
+	for i, a := range brokerArgs {
+		// A --broker-ca of the test's starts as a copy of the PKI's CA.
+		if a == "--broker-ca" && i+1 < len(brokerArgs) {
+			ca, err := os.ReadFile(filepath.Join(pki, devpki.CACertFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, brokerArgs[i+1], string(ca))
+		}
+	}
 	e := &enrolEnv{
-		pki: newPKI(t, "pki", "admin"), export: newExport(t), label: sanitize(t.Name()), credsNS: "ferry-system",
+		pki: pki, export: newExport(t), label: sanitize(t.Name()), credsNS: "ferry-system",
 		idA: "spiffe://ferry.local/enrolled-a-" + sanitize(t.Name()), idB: "spiffe://ferry.local/enrolled-b-" + sanitize(t.Name()),
 	}
 	if len(e.label) > 63 {
@@ -284,10 +295,13 @@ func TestEnrolmentFromToken(t *testing.T) {
 // TestCertificateRenewal: with one-minute certificates the enrolled edge
 // renews over its stream every forty seconds, reconnects once per renewal
 // with the new certificate, never reaches its certificate's expiry, and
-// objects keep syncing throughout.
+// objects keep syncing throughout; a broker CA bundle rotated on disk
+// reaches the edge with the next renewal.
 func TestCertificateRenewal(t *testing.T) {
 	ctx := context.Background()
-	e := newEnrolEnv(t, "--edge-certificate-lifetime", "1m")
+	// The bundle handed to edges is a file of its own, rotated below.
+	brokerCA := filepath.Join(testDir(t), "broker-ca.crt")
+	e := newEnrolEnv(t, "--edge-certificate-lifetime", "1m", "--broker-ca", brokerCA)
 	secret := "creds-" + e.label
 	if len(secret) > 63 {
 		secret = secret[:63]
@@ -305,8 +319,26 @@ func TestCertificateRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A CA added to the broker's bundle on disk reaches the edge with the
+	// next renewal, without a restart.
+	extra := filepath.Join(testDir(t), "extra-ca")
+	if _, err := devpki.LoadOrCreateCA(extra, "extra CA"); err != nil {
+		t.Fatal(err)
+	}
+	extraPEM, err := os.ReadFile(filepath.Join(extra, devpki.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	const renewals = 3
 	for i := 1; i <= renewals; i++ {
+		if i == 2 {
+			current, err := os.ReadFile(brokerCA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, brokerCA, string(current)+string(extraPEM))
+		}
 		// The renewer's line (the stream's "reconnecting" line quotes the
 		// same reason).
 		waitLogCount(t, edge, 90*time.Second, i, `"ferry-edge.renewal"`, "client certificate renewed; reconnecting with it")
@@ -328,6 +360,9 @@ func TestCertificateRenewal(t *testing.T) {
 	}
 	if left := time.Until(stored[0].NotAfter); left <= 0 || left > time.Minute {
 		t.Errorf("the stored certificate expires in %s, want a renewed one-minute certificate", left)
+	}
+	if bundle, err := tlsconfig.ParseCertificates(sec.Data["ca.crt"]); err != nil || len(bundle) != 2 {
+		t.Errorf("the stored broker CA bundle has %d certificates (%v), want the rotated bundle's 2", len(bundle), err)
 	}
 	// One connect at start plus at most one per renewal; never an expiry.
 	log, _ := edge.Log()
