@@ -47,7 +47,7 @@ func (p *edgeProcess) setupCredentials(ctx context.Context) error {
 			return terr
 		}
 		if token == "" {
-			return fmt.Errorf("no usable credentials (%w) and no enrolment token: start the edge with --enrolment-token-file and --broker-ca-fingerprint (ferry-broker enrolment-token create), or with --tls-cert/--tls-key/--broker-ca", err)
+			return fmt.Errorf("no usable credentials (%w) and an empty enrolment token: create one with ferry-broker enrolment-token create", err)
 		}
 		if !errors.Is(err, enrol.ErrNoCredentials) {
 			p.log.Info("the stored credentials are unusable; enrolling with the token", logging.KeyReason, err.Error())
@@ -125,7 +125,7 @@ func enrolmentToken(o *Options) (string, error) {
 	}
 	b, err := os.ReadFile(o.EnrolmentTokenFile)
 	if err != nil {
-		return "", fmt.Errorf("--enrolment-token-file: %w", err)
+		return "", fmt.Errorf("no usable credentials stored, and --enrolment-token-file: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
 }

@@ -174,10 +174,16 @@ func (o *Options) validateCredentials() []error {
 		}
 		return errs
 	}
-	if o.EnrolmentTokenFile != "" && o.EnrolmentToken != "" {
+	switch {
+	case !enrolling:
+		// The token stays configured after the first enrolment (its file
+		// may be gone by then): only needed while the Secret holds nothing.
+		errs = append(errs, errors.New("--tls-cert is required (with --tls-key and --broker-ca), or enrol: --enrolment-token-file and --broker-ca-fingerprint"))
+	case o.EnrolmentTokenFile != "" && o.EnrolmentToken != "":
 		errs = append(errs, errors.New("--enrolment-token-file and --enrolment-token exclude each other"))
-	}
-	if (o.EnrolmentTokenFile != "" || o.EnrolmentToken != "") && o.BrokerCAFingerprint == "" {
+	case o.EnrolmentTokenFile == "" && o.EnrolmentToken == "":
+		errs = append(errs, errors.New("--enrolment-token-file is required with --broker-ca-fingerprint"))
+	case o.BrokerCAFingerprint == "":
 		errs = append(errs, errors.New("--broker-ca-fingerprint is required with an enrolment token"))
 	}
 	if o.BrokerCAFingerprint != "" {

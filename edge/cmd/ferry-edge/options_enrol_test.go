@@ -18,7 +18,8 @@ func TestCredentialModes(t *testing.T) {
 		{name: "files, one missing", set: func(o *Options) { o.TLS.CertFile, o.TLS.KeyFile = "c", "k" }, wantErr: "--broker-ca is required"},
 		{name: "token file", set: func(o *Options) { o.EnrolmentTokenFile, o.BrokerCAFingerprint = "token", fp }},
 		{name: "token flag", set: func(o *Options) { o.EnrolmentToken, o.BrokerCAFingerprint = "nora.abc", fp }},
-		{name: "stored credentials only (already enrolled)", set: func(o *Options) {}},
+		{name: "nothing", set: func(o *Options) {}, wantErr: "--tls-cert is required"},
+		{name: "fingerprint without token", set: func(o *Options) { o.BrokerCAFingerprint = fp }, wantErr: "--enrolment-token-file is required"},
 		{name: "both modes", set: func(o *Options) {
 			o.TLS.CertFile, o.TLS.KeyFile, o.TLS.CAFile = "c", "k", "ca"
 			o.EnrolmentTokenFile, o.BrokerCAFingerprint = "token", fp
