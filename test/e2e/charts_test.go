@@ -447,6 +447,27 @@ func TestChartsEdgeEnrolment(t *testing.T) {
 	}
 }
 
+// TestChartsBrokerEnrolment: enrolment.signingCASecret mounts the signing
+// CA and passes the enrolment flags; without it none are passed.
+func TestChartsBrokerEnrolment(t *testing.T) {
+	h := newHelm(t)
+	off := onlyContainer(t, deployment(t, render(t, h, brokerChart, "ferry", "ferry-system"), "ferry-ferry-broker"))
+	for _, a := range off.Args {
+		if strings.HasPrefix(a, "--edge-signing") || strings.HasPrefix(a, "--broker-ca") {
+			t.Errorf("enrolment is off by default, but the broker got %s", a)
+		}
+	}
+	objs := render(t, h, brokerChart, "ferry", "ferry-system", "--set", "enrolment.signingCASecret=edge-ca",
+		"--set", "enrolment.certificateLifetime=2h", "--set", "enrolment.brokerCA.existingSecret=broker-ca")
+	dep := deployment(t, objs, "ferry-ferry-broker")
+	c := onlyContainer(t, dep)
+	assertArgs(t, c.Args, "--edge-signing-cert=/etc/ferry/edge-signing-ca/tls.crt", "--edge-signing-key=/etc/ferry/edge-signing-ca/tls.key",
+		"--edge-certificate-lifetime=2h", "--enrolment-token-ttl=1h", "--broker-ca=/etc/ferry/broker-ca/ca.crt")
+	assertFlagsKnown(t, env.bins.Broker, c.Args)
+	assertVolumeSecret(t, dep, "edge-signing-ca", "edge-ca")
+	assertVolumeSecret(t, dep, "broker-ca", "broker-ca")
+}
+
 // TestChartsRejectBadValues: the values schemas and the charts' own checks
 // refuse bad values with a message that names the value.
 func TestChartsRejectBadValues(t *testing.T) {
