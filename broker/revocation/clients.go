@@ -1,72 +1,10 @@
 package revocation
 
-import (
-	"fmt"
-	"net/http"
-	"strings"
-	"sync"
+import "github.com/ferry-dev/ferry/broker/kcp"
 
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
+// Clients reach the Secrets of the export workspaces with the broker's kcp
+// credentials (kcp.NewSecretsClients).
+type Clients = kcp.SecretsClients
 
-	"github.com/ferry-dev/ferry/broker/kcp"
-)
-
-// Clients returns the Secrets client of a kcp workspace (by path, e.g.
-// "root:org"). Implementations must be safe for concurrent use.
-type Clients interface {
-	Secrets(workspace string) (corev1client.SecretsGetter, error)
-}
-
-// ClientsFunc adapts a function to Clients.
-type ClientsFunc func(workspace string) (corev1client.SecretsGetter, error)
-
-// Secrets calls f.
-func (f ClientsFunc) Secrets(workspace string) (corev1client.SecretsGetter, error) {
-	return f(workspace)
-}
-
-// workspaceClients builds one core/v1 client per workspace on demand, all
-// sharing one HTTP client and the rest config's rate limiter (like the edge
-// Leases' clients).
-type workspaceClients struct {
-	base *rest.Config
-	host string
-	http *http.Client
-
-	mu      sync.Mutex
-	clients map[string]corev1client.SecretsGetter
-}
-
-// NewClients returns Clients for the kcp server of cfg (the broker's kcp
-// credentials); any /clusters/... path on its host is replaced by the
-// workspace's.
-func NewClients(cfg *rest.Config) (Clients, error) {
-	host, err := kcp.BaseHost(cfg.Host)
-	if err != nil {
-		return nil, err
-	}
-	base := rest.CopyConfig(cfg)
-	base.Host = host
-	httpClient, err := rest.HTTPClientFor(base)
-	if err != nil {
-		return nil, fmt.Errorf("cannot build the kcp HTTP client for revocations: %w", err)
-	}
-	return &workspaceClients{base: base, host: strings.TrimRight(host, "/"), http: httpClient, clients: map[string]corev1client.SecretsGetter{}}, nil
-}
-
-func (c *workspaceClients) Secrets(workspace string) (corev1client.SecretsGetter, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if client, ok := c.clients[workspace]; ok {
-		return client, nil
-	}
-	cfg := rest.CopyConfig(c.base)
-	cfg.Host = c.host + "/clusters/" + workspace
-	client, err := corev1client.NewForConfigAndClient(cfg, c.http)
-	if err != nil {
-		return nil, fmt.Errorf("cannot build the Secrets client of workspace %s: %w", workspace, err)
-	}
-	c.clients[workspace] = client
-	return client, nil
-}
+// ClientsFunc adapts a function to Clients (tests).
+type ClientsFunc = kcp.SecretsClientsFunc

@@ -29,6 +29,8 @@ type adminService struct {
 	// revocations keeps the blocks Revoke makes.
 	revocations *revocation.Set
 	log         logr.Logger
+	// enrolment creates enrolment tokens.
+	enrolment *enrolmentService
 }
 
 var _ ferryv1.AdminServiceServer = (*adminService)(nil)

@@ -24,6 +24,8 @@ func identityFrom(ctx context.Context) (id, addr string, err error) {
 // its verified client certificate, and its address.
 type caller struct {
 	identity, fingerprint, addr string
+	// cert is the verified client certificate.
+	cert *x509.Certificate
 }
 
 // callerFrom is identityFrom with the certificate's fingerprint (a revoked
@@ -34,7 +36,7 @@ func callerFrom(ctx context.Context) (caller, error) {
 		return caller{addr: addr}, err
 	}
 	id, err := tlsconfig.Identity(cert)
-	return caller{identity: id, fingerprint: tlsconfig.Fingerprint(cert), addr: addr}, err
+	return caller{identity: id, fingerprint: tlsconfig.Fingerprint(cert), addr: addr, cert: cert}, err
 }
 
 func clientCertificate(ctx context.Context) (*x509.Certificate, string, error) {

@@ -74,6 +74,9 @@ type Options struct {
 	// read yet reads them first). Optional: nil applies the
 	// configuration's revoked[] only, and AdminService.Revoke fails.
 	Revocations *revocation.Set
+	// Enrolment issues edge certificates (enrolment and renewal); a zero
+	// value turns both off.
+	Enrolment EnrolmentOptions
 }
 
 // Server is the broker's gRPC server.
@@ -111,6 +114,8 @@ func New(o Options) *Server {
 		return served{Engine: eng, objects: objects}
 	})
 	leases := newEdgeLeases(o)
+	enrol := &enrolmentService{opts: o.Enrolment, log: o.Log.WithName("enrolment")}
+	ferryv1.RegisterEnrolmentServiceServer(g, enrol)
 	ferryv1.RegisterSyncServiceServer(g, &syncService{
 		cfg:               o.Config,
 		registry:          registry,
@@ -123,10 +128,11 @@ func New(o Options) *Server {
 		metrics:           o.Metrics,
 		leases:            leases,
 		revocations:       o.Revocations,
+		enrolment:         enrol,
 	})
 	ferryv1.RegisterAdminServiceServer(g, &adminService{
 		cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver),
-		revocations: o.Revocations, log: o.Log.WithName("admin"),
+		revocations: o.Revocations, log: o.Log.WithName("admin"), enrolment: enrol,
 	})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -156,10 +162,12 @@ func newGRPCServer(o Options) *grpc.Server {
 		grpc.ChainUnaryInterceptor(
 			grpclogging.UnaryServerInterceptor(logger, logOpts...),
 			recovery.UnaryServerInterceptor(recoverOpts...),
+			requireClientCertUnary,
 		),
 		grpc.ChainStreamInterceptor(
 			grpclogging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recoverOpts...),
+			requireClientCertStream,
 		),
 		grpc.StatsHandler(o.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -52,6 +53,7 @@ type syncService struct {
 	metrics           *metrics.Broker
 	leases            *edgeLeases
 	revocations       *revocation.Set
+	enrolment         *enrolmentService
 }
 
 var _ ferryv1.SyncServiceServer = (*syncService)(nil)
@@ -92,6 +94,11 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	// stream's context) and never touches the engine.
 	streamCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The stream lives no longer than the certificate it was authenticated
+	// with: a timer, so an idle stream ends on time too.
+	leaf := peer.cert
+	expiry := time.AfterFunc(time.Until(leaf.NotAfter), func() { cancel(&certificateExpiredError{at: leaf.NotAfter}) })
+	defer expiry.Stop()
 	r := link.Receive(streamCtx, stream.Recv, receiveQueue)
 
 	hello, err := receiveHello(r)
@@ -133,7 +140,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		CertificateSHA256:   peer.fingerprint,
 		ProtocolVersion:     negotiated,
 		EdgeMaxMessageBytes: hello.GetMaxReceiveMessageBytes(),
-		Capabilities:        protocol.IntersectCapabilities(hello.GetCapabilities()),
+		Capabilities:        s.capabilities(hello),
 		ConnectedAt:         time.Now(),
 	}, cancel)
 
@@ -170,7 +177,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	interval := protocol.NegotiateHeartbeat(s.heartbeatInterval, hello.GetHeartbeatInterval().AsDuration())
 	err = stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
 		ProtocolVersion:        negotiated,
-		Capabilities:           protocol.IntersectCapabilities(hello.GetCapabilities()),
+		Capabilities:           s.capabilities(hello),
 		Identity:               id,
 		MaxReceiveMessageBytes: s.maxMessageBytes,
 		HeartbeatInterval:      durationpb.New(interval),
@@ -189,7 +196,14 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	maxSend := int(sess.EdgeMaxMessageBytes)
 	loop.Receiver = r
 	loop.Send = stream.Send
-	loop.Handle = eng.Handle
+	loop.Handle = func(m *ferryv1.ConnectRequest) error {
+		if r := m.GetCertificateRenewal(); r != nil {
+			// Signing is local CPU work (no network): fine on the
+			// dispatcher.
+			return loop.Control(s.enrolment.renew(r, id, peer.fingerprint, log))
+		}
+		return eng.Handle(m)
+	}
 	loop.OnReceive = func() { sess.Seen(time.Now()) }
 	loop.Bulk = eng.NextIntent
 	loop.BulkReady = eng.BulkReady()
@@ -201,12 +215,15 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	loop.TooLarge = func(m *ferryv1.ConnectResponse, size int) { eng.TooLarge(m, size, maxSend) }
 	err = loop.Run(streamCtx)
 	var ended interface{ GRPCStatus() *status.Status }
+	var expired *certificateExpiredError
 	switch cause := context.Cause(streamCtx); {
 	case errors.Is(cause, registry.ErrClosed):
 		err = status.Error(codes.Unavailable, registry.ErrClosed.Error())
 	case errors.As(cause, &ended):
 		// Ended on purpose with a status (a revocation): the edge is told.
 		err = ended.GRPCStatus().Err()
+	case errors.As(cause, &expired):
+		err = status.Error(codes.Unauthenticated, expired.Error())
 	case link.IsEOF(err):
 		err = nil
 	case errors.Is(err, link.ErrPeerSilent):
@@ -238,6 +255,23 @@ func (s *syncService) refuseRevoked(ctx context.Context, log logr.Logger, peer c
 	log.Info("refused edge: revoked", logging.KeyReason, b.Message(), "certificateSHA256", peer.fingerprint, "source", b.Source)
 	s.metrics.HandshakeRefused(refusedRevoked)
 	return status.Error(codes.Unauthenticated, b.Message())
+}
+
+// capabilities are those both sides support, less certificate renewal
+// when this broker issues no certificates.
+func (s *syncService) capabilities(hello *ferryv1.EdgeHello) []ferryv1.Capability {
+	caps := protocol.IntersectCapabilities(hello.GetCapabilities())
+	if !s.enrolment.on() {
+		caps = slices.DeleteFunc(caps, func(c ferryv1.Capability) bool { return c == ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL })
+	}
+	return caps
+}
+
+// certificateExpiredError ends a stream whose client certificate expired.
+type certificateExpiredError struct{ at time.Time }
+
+func (e *certificateExpiredError) Error() string {
+	return "client certificate expired at " + e.at.UTC().Format(time.RFC3339) + "; reconnect with a renewed certificate"
 }
 
 // receiveHello waits for the first message, which must be an EdgeHello.

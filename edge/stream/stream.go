@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +61,25 @@ type Options struct {
 	Log logr.Logger
 	// Metrics records connects and message sizes; nil records none.
 	Metrics *metrics.Edge
+	// Renewer renews the client certificate over the stream when the
+	// broker offers it; nil (certificates from files) renews nothing and
+	// does not offer the capability.
+	Renewer Renewer
 }
+
+// Renewer renews the edge's certificate on a running stream
+// (enrol.Renewer).
+type Renewer interface {
+	// Run renews until ctx ends (false) or a new certificate is installed
+	// (true); send queues a message on the control lane.
+	Run(ctx context.Context, send func(*ferryv1.ConnectRequest) error) bool
+	// Deliver hands over the broker's answer; it must not block.
+	Deliver(*ferryv1.IssuedCertificate)
+}
+
+// errRenewed ends a stream after a renewal: the edge reconnects at once
+// with the new certificate, without a backoff delay.
+var errRenewed = errors.New("client certificate renewed; reconnecting with it")
 
 // Handler is the edge's state behind the stream: what to send and what to do
 // with the broker's messages. Implementations must not block on the
@@ -153,6 +172,11 @@ func (c *Client) Run(ctx context.Context) error {
 			c.opts.Backoff.Reset()
 			attempt = 1
 		}
+		if errors.Is(err, errRenewed) {
+			// Planned: one reconnect per renewal, at once.
+			log.Info("stream to broker ended; reconnecting", logging.KeyReason, err.Error())
+			continue
+		}
 		delay := c.opts.Backoff.Next()
 		logStreamEnd(log, err, delay, attempt)
 		select {
@@ -198,7 +222,7 @@ func logStreamEnd(log logr.Logger, err error, delay time.Duration, attempt int) 
 // reconnect re-reads rotated certificates and follows the backoff above
 // rather than gRPC's internal one.
 func (c *Client) session(ctx context.Context) (accepted bool, err error) {
-	creds, err := c.opts.TLS.Credentials()
+	creds, err := c.opts.TLS.TransportCredentials()
 	if err != nil {
 		return false, err
 	}
@@ -224,7 +248,8 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	}
 	defer conn.Close()
 
-	streamCtx, cancel := context.WithCancel(ctx)
+	streamCtx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(nil) }
 	defer cancel()
 	stream, err := ferryv1.NewSyncServiceClient(conn).Connect(streamCtx)
 	if err != nil {
@@ -232,7 +257,7 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	}
 	err = stream.Send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_Hello{Hello: &ferryv1.EdgeHello{
 		ProtocolVersion:        protocol.Version,
-		Capabilities:           protocol.Capabilities(),
+		Capabilities:           c.capabilities(),
 		AgentName:              c.opts.AgentName,
 		MaxReceiveMessageBytes: c.opts.MaxMessageBytes,
 		HeartbeatInterval:      durationpb.New(c.opts.HeartbeatInterval),
@@ -283,9 +308,25 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	loop.Interval, loop.DeadAfter = interval, protocol.DeadAfter(interval)
 	loop.MaxSend, loop.Size = maxSend, func(m *ferryv1.ConnectRequest) int { return proto.Size(m) }
 	loop.TooLarge = func(m *ferryv1.ConnectRequest, size int) { c.opts.Handler.TooLarge(m, size, maxSend) }
+	renewing := make(chan struct{})
+	if c.opts.Renewer != nil && slices.Contains(hello.GetCapabilities(), ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL) {
+		go func() {
+			defer close(renewing)
+			if c.opts.Renewer.Run(streamCtx, loop.Control) {
+				cancelCause(errRenewed)
+			}
+		}()
+	} else {
+		close(renewing)
+	}
 	err = loop.Run(streamCtx)
 	if ctx.Err() == nil {
 		cancel() // ends Recv; then the receiver reports why the stream ended
+	}
+	<-renewing
+	if errors.Is(context.Cause(streamCtx), errRenewed) {
+		_ = stream.CloseSend()
+		return true, errRenewed
 	}
 	switch {
 	case link.IsEOF(err):
@@ -315,6 +356,16 @@ func receiveHello(r link.Receiver[*ferryv1.ConnectResponse]) (*ferryv1.BrokerHel
 	}
 }
 
+// capabilities are this build's, less certificate renewal when the
+// certificate comes from files (rotated on disk, not over the stream).
+func (c *Client) capabilities() []ferryv1.Capability {
+	caps := protocol.Capabilities()
+	if c.opts.Renewer == nil {
+		caps = slices.DeleteFunc(caps, func(x ferryv1.Capability) bool { return x == ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL })
+	}
+	return caps
+}
+
 // handle processes one broker message; the handler gets everything but
 // liveness and handshake messages, and ends the stream on messages of
 // features it does not implement, so the broker never believes they were
@@ -329,6 +380,12 @@ func (c *Client) handle(msg *ferryv1.ConnectResponse) error {
 		return c.opts.Handler.Handle(msg)
 	case *ferryv1.ConnectResponse_Hello:
 		return errors.New("protocol error: the broker sent a second BrokerHello")
+	case *ferryv1.ConnectResponse_IssuedCertificate:
+		if c.opts.Renewer == nil {
+			return errors.New("protocol error: the broker sent an IssuedCertificate this edge did not ask for")
+		}
+		c.opts.Renewer.Deliver(m.IssuedCertificate)
+		return nil
 	case nil:
 		return errors.New("protocol error: broker message without payload")
 	default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -283,6 +284,11 @@ type fakeBroker struct {
 	revoked   error
 	end       chan error
 	heartbeat time.Duration
+	// offerRenewal announces certificate renewal and answers every
+	// CertificateRenewal with an (empty) IssuedCertificate.
+	offerRenewal bool
+	// helloCaps records the capabilities of every EdgeHello.
+	helloCaps [][]ferryv1.Capability
 }
 
 func (b *fakeBroker) setRevoked(err error) {
@@ -292,13 +298,15 @@ func (b *fakeBroker) setRevoked(err error) {
 }
 
 func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
-	if _, err := stream.Recv(); err != nil {
+	first, err := stream.Recv()
+	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	refuse := b.refuse > 0
 	b.refuse--
 	revoked := b.revoked
+	b.helloCaps = append(b.helloCaps, first.GetHello().GetCapabilities())
 	b.mu.Unlock()
 	if refuse {
 		return status.Error(codes.PermissionDenied, "identity not configured")
@@ -306,13 +314,24 @@ func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	if revoked != nil {
 		return revoked
 	}
+	var caps []ferryv1.Capability
+	if b.offerRenewal {
+		caps = []ferryv1.Capability{ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL}
+	}
 	if err := stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Hello{Hello: &ferryv1.BrokerHello{
-		ProtocolVersion: protocol.Version, SessionId: "s1", HeartbeatInterval: durationpb.New(b.heartbeat),
+		ProtocolVersion: protocol.Version, SessionId: "s1", HeartbeatInterval: durationpb.New(b.heartbeat), Capabilities: caps,
 	}}}); err != nil {
 		return err
 	}
+	// Heartbeats and renewal answers come from two goroutines; gRPC allows
+	// one sender at a time.
+	var sendMu sync.Mutex
+	send := func(m *ferryv1.ConnectResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
+	}
 	if b.heartbeat > 0 {
-		// Send is not called concurrently: this goroutine alone sends.
 		go func() {
 			t := time.NewTicker(b.heartbeat)
 			defer t.Stop()
@@ -321,7 +340,7 @@ func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
 				case <-stream.Context().Done():
 					return
 				case <-t.C:
-					if stream.Send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: &ferryv1.Heartbeat{}}}) != nil {
+					if send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_Heartbeat{Heartbeat: &ferryv1.Heartbeat{}}}) != nil {
 						return
 					}
 				}
@@ -332,8 +351,14 @@ func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	go func() {
 		defer close(left)
 		for {
-			if _, err := stream.Recv(); err != nil {
+			msg, err := stream.Recv()
+			if err != nil {
 				return
+			}
+			if msg.GetCertificateRenewal() != nil {
+				if send(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_IssuedCertificate{IssuedCertificate: &ferryv1.IssuedCertificate{}}}) != nil {
+					return
+				}
 			}
 		}
 	}()
@@ -343,6 +368,12 @@ func (b *fakeBroker) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	case err := <-b.end:
 		return err
 	}
+}
+
+func (b *fakeBroker) hellos() [][]ferryv1.Capability {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.helloCaps)
 }
 
 type fakeHandler struct {
@@ -469,5 +500,101 @@ func TestHeartbeatsKeepAnIdleStreamThroughAProxy(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// fakeRenewer renews once, on the first stream that offers it, then waits.
+type fakeRenewer struct {
+	mu      sync.Mutex
+	runs    int
+	answers chan *ferryv1.IssuedCertificate
+}
+
+func (r *fakeRenewer) Run(ctx context.Context, send func(*ferryv1.ConnectRequest) error) bool {
+	r.mu.Lock()
+	r.runs++
+	first := r.runs == 1
+	r.mu.Unlock()
+	if !first {
+		<-ctx.Done()
+		return false
+	}
+	if err := send(&ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_CertificateRenewal{CertificateRenewal: &ferryv1.CertificateRenewal{}}}); err != nil {
+		return false
+	}
+	select {
+	case <-r.answers:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *fakeRenewer) Deliver(ic *ferryv1.IssuedCertificate) { r.answers <- ic }
+
+// TestRenewalReconnectsOnceAtOnce: after a renewal the stream ends and the
+// client reconnects at once (no backoff delay) exactly once; an edge with
+// a renewer announces the capability, one without does not.
+func TestRenewalReconnectsOnceAtOnce(t *testing.T) {
+	broker := &fakeBroker{offerRenewal: true}
+	addr, clientTLS := startFakeBroker(t, broker)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewEdge(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHandler{}
+	r := &fakeRenewer{answers: make(chan *ferryv1.IssuedCertificate, 1)}
+	c := New(Options{
+		BrokerAddress: addr, TLS: clientTLS, AgentName: "edge",
+		HeartbeatInterval: protocol.MinHeartbeatInterval, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
+		// A reconnect that waited for the backoff would take a minute.
+		Backoff: &backoff.Exponential{Initial: time.Minute, Max: time.Minute},
+		Handler: h, Log: logr.Discard(), Metrics: m, Renewer: r,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for h.connects() < 2 || !c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatalf("connects %d after a renewal, want a second one at once", h.connects())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a further reconnect would show now
+	if h.connects() != 2 || attempts(t, reg)["accepted"] != 2 {
+		t.Errorf("connects %d, attempts %v; want exactly one reconnect for the renewal", h.connects(), attempts(t, reg))
+	}
+	for i, caps := range broker.hellos() {
+		if !slices.Contains(caps, ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL) {
+			t.Errorf("hello %d announced %v, want certificate renewal", i, caps)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a renewer (certificates from files) the capability is not
+	// announced, and an IssuedCertificate is a protocol error.
+	plain := &fakeBroker{}
+	addr, clientTLS = startFakeBroker(t, plain)
+	c = New(Options{
+		BrokerAddress: addr, TLS: clientTLS, AgentName: "edge",
+		HeartbeatInterval: protocol.MinHeartbeatInterval, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
+		Backoff: &backoff.Exponential{Initial: time.Millisecond, Max: time.Millisecond}, Handler: &fakeHandler{}, Log: logr.Discard(),
+	})
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = c.Run(ctx) }()
+	for len(plain.hellos()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if caps := plain.hellos()[0]; slices.Contains(caps, ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL) {
+		t.Errorf("an edge without a renewer announced %v", caps)
+	}
+	if err := c.handle(&ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_IssuedCertificate{IssuedCertificate: &ferryv1.IssuedCertificate{}}}); err == nil {
+		t.Error("an unasked IssuedCertificate was accepted")
 	}
 }

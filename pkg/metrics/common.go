@@ -167,6 +167,9 @@ type Certificate struct {
 	Role string
 	// File is the PEM file; its first certificate is the leaf.
 	File string
+	// Expiry, when set, is used instead of File: the certificate is held
+	// in memory (an enrolled edge's, replaced on renewal).
+	Expiry func() (time.Time, error)
 }
 
 // certCollector reads the certificate files at scrape time: they are
@@ -180,7 +183,12 @@ func (c *certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *certCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, cert := range c.certs {
-		notAfter, err := certificateExpiry(cert.File)
+		expiry := cert.Expiry
+		if expiry == nil {
+			file := cert.File
+			expiry = func() (time.Time, error) { return certificateExpiry(file) }
+		}
+		notAfter, err := expiry()
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(c.desc, err)
 			continue

@@ -27,6 +27,7 @@ type Edge struct {
 	intentsFailed  *prometheus.CounterVec
 	reportsQueued  *prometheus.CounterVec
 	reportsDone    *prometheus.CounterVec
+	renewals       *prometheus.CounterVec
 
 	mu     sync.Mutex
 	source EdgeSource
@@ -87,9 +88,13 @@ func NewEdge(reg prometheus.Registerer, certs ...Certificate) (*Edge, error) {
 			Help: "Reports the broker answered, by result: written (applied to kcp or found applied) or refused.",
 		}, []string{"result"}),
 	}
+	e.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "edge", Name: "certificate_renewals_total",
+		Help: "Renewals of the enrolled client certificate over the stream, by result: renewed, refused (the broker said why), failed (no answer, or the credentials Secret could not be written).",
+	}, []string{"result"})
 	col := newEdgeCollector(e)
 	if err := register(reg, e.connected, e.sessionStart, e.streamAttempts, e.intentsRecv, e.intentsApplied, e.intentsFailed,
-		e.reportsQueued, e.reportsDone, col); err != nil {
+		e.reportsQueued, e.reportsDone, e.renewals, col); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -118,6 +123,14 @@ func (e *Edge) StreamAttempt(result string) {
 		return
 	}
 	e.streamAttempts.WithLabelValues(result).Inc()
+}
+
+// CertificateRenewal counts one renewal attempt by result.
+func (e *Edge) CertificateRenewal(result string) {
+	if e == nil {
+		return
+	}
+	e.renewals.WithLabelValues(result).Inc()
 }
 
 // Connected records an accepted stream (true) or its end (false).

@@ -40,6 +40,7 @@ func Capabilities() []ferryv1.Capability {
 		ferryv1.Capability_CAPABILITY_RELATED_OBJECTS,
 		ferryv1.Capability_CAPABILITY_INVENTORY_RESYNC,
 		ferryv1.Capability_CAPABILITY_INVENTORY_REQUEST,
+		ferryv1.Capability_CAPABILITY_CERTIFICATE_RENEWAL,
 	}
 }
 

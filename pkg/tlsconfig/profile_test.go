@@ -240,7 +240,7 @@ func handshakeOnce(t *testing.T, serverCfg *tls.Config, client *ClientConfig) (e
 		defer conn.Close()
 		_ = tls.Server(conn, serverCfg).HandshakeContext(ctx)
 	}()
-	creds, err := client.Credentials()
+	creds, err := client.TransportCredentials()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"sync/atomic"
+
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/credentials"
 
@@ -24,8 +26,10 @@ type Files struct {
 }
 
 // Server returns the broker's TLS configuration: versions and suites from
-// the profile (default TLS 1.3 only), a client certificate signed by CAFile
-// is required. Certificate, key and CA bundle are reloaded when their files
+// the profile (default TLS 1.3 only); a client certificate, when given, must
+// be signed by CAFile. A connection without one is let through so an edge
+// holding only an enrolment token can enrol; the broker's interceptors
+// refuse every other call without a verified client certificate. Certificate, key and CA bundle are reloaded when their files
 // change. A client hello that cannot meet the profile is logged with the
 // mismatch, once per handshake, and refused by crypto/tls with the alert
 // the protocol defines (protocol_version, handshake_failure), which the
@@ -43,7 +47,7 @@ func Server(f Files, p Profile, log logr.Logger) (*tls.Config, error) {
 		return nil, fmt.Errorf("client CA: %w", err)
 	}
 	base := &tls.Config{
-		ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientAuth: tls.VerifyClientCertIfGiven,
 		NextProtos: []string{"h2"},
 	}
 	p.Apply(base)
@@ -74,10 +78,14 @@ func Server(f Files, p Profile, log logr.Logger) (*tls.Config, error) {
 // the CA bundle that verifies the broker and the client certificate are read
 // again when they change, so rotating either needs no restart.
 type ClientConfig struct {
-	keyPair    *reloading[*tls.Certificate]
-	roots      *reloading[*x509.CertPool]
+	// keyPair and roots are the credential source: files re-read when they
+	// change (Client), or credentials held in memory and swapped on renewal
+	// (NewMemoryClient).
+	keyPair    func() (*tls.Certificate, error)
+	roots      func() (*x509.CertPool, error)
 	serverName string
 	profile    Profile
+	memory     *atomic.Pointer[Credentials]
 }
 
 // Client reads the edge's files: versions and suites from the profile
@@ -99,7 +107,7 @@ func Client(f Files, serverName string, p Profile) (*ClientConfig, error) {
 	if _, err := Identity(keyPair.value.Leaf); err != nil {
 		return nil, fmt.Errorf("client certificate %s: %w", f.CertFile, err)
 	}
-	return &ClientConfig{keyPair: keyPair, roots: roots, serverName: serverName, profile: p}, nil
+	return &ClientConfig{keyPair: keyPair.get, roots: roots.get, serverName: serverName, profile: p}, nil
 }
 
 // Config returns the configuration of one connection: it trusts the CA bundle
@@ -107,7 +115,7 @@ func Client(f Files, serverName string, p Profile) (*ClientConfig, error) {
 // at the handshake. Call it for every dial. A rotation that leaves a file
 // unreadable or invalid keeps the last good bundle or certificate.
 func (c *ClientConfig) Config() (*tls.Config, error) {
-	pool, err := c.roots.get()
+	pool, err := c.roots()
 	if err != nil {
 		return nil, fmt.Errorf("broker CA: %w", err)
 	}
@@ -115,16 +123,16 @@ func (c *ClientConfig) Config() (*tls.Config, error) {
 		RootCAs:    pool,
 		ServerName: c.serverName,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return c.keyPair.get()
+			return c.keyPair()
 		},
 	}
 	c.profile.Apply(cfg)
 	return cfg, nil
 }
 
-// Credentials are Config as gRPC transport credentials whose failed
-// handshakes are HandshakeErrors naming the edge's profile.
-func (c *ClientConfig) Credentials() (credentials.TransportCredentials, error) {
+// TransportCredentials are Config as gRPC transport credentials whose
+// failed handshakes are HandshakeErrors naming the edge's profile.
+func (c *ClientConfig) TransportCredentials() (credentials.TransportCredentials, error) {
 	cfg, err := c.Config()
 	if err != nil {
 		return nil, err

@@ -211,6 +211,7 @@ func TestChartsBrokerTemplate(t *testing.T) {
 		// No signing CA without cert-manager or enrolment.signingSecret:
 		// enrolment is off.
 		assertNoArgPrefix(t, c.Args, "--edge-signing-cert")
+		assertArgs(t, c.Args, "--state-namespace=default")
 		assertPorts(t, c, map[string]int32{"grpc": 8443, "metrics": 8080, "health": 8081})
 		assertProbes(t, c)
 		assertRestricted(t, dep)
@@ -258,10 +259,6 @@ func TestChartsBrokerTemplate(t *testing.T) {
 		assertVolumeSecret(t, dep, "kcp", "kcp-side-ferry-broker-kcp")
 		assertVolumeSecret(t, dep, "tls", "kcp-side-ferry-broker-tls")
 		assertVolumeSecret(t, dep, "client-ca", "kcp-side-ferry-broker-tls")
-		// The chart's own CA signs enrolled edges' certificates.
-		assertArgs(t, c.Args, "--edge-signing-cert=/etc/ferry/edge-signing/tls.crt", "--edge-signing-key=/etc/ferry/edge-signing/tls.key",
-			"--edge-certificate-lifetime=24h", "--enrolment-token-ttl=1h", "--state-namespace=default")
-		assertVolumeSecret(t, dep, "edge-signing", "kcp-side-ferry-broker-ca")
 		if dep.Spec.Template.Annotations["checksum/config"] == "" || dep.Spec.Template.Annotations["checksum/kcp"] == "" {
 			t.Errorf("pod annotations %v: want checksums of the configuration and the kubeconfig (a change restarts the broker)", dep.Spec.Template.Annotations)
 		}
@@ -412,35 +409,67 @@ func TestChartsEdgeTemplate(t *testing.T) {
 		}
 		assertServiceMonitor(t, objs, "svc-side-ferry-edge", "30s")
 	})
+}
 
-	// Enrolment: the edge gets a token file and the broker CA's fingerprint
-	// instead of a certificate and CA bundle, and keeps its credentials in
-	// a Secret of the release namespace.
-	t.Run("enrolment", func(t *testing.T) {
-		fp := "sha256:" + strings.Repeat("ab", 32)
-		objs := render(t, h, edgeChart, "ferry-edge", "ferry-system", append([]string{"--set", "enrolment.enabled=true",
-			"--set", "enrolment.brokerCAFingerprint=" + fp, "--set", "tls.existingSecret="}, minimalEdgeValues...)...)
-		dep := deployment(t, objs, "ferry-edge")
-		c := onlyContainer(t, dep)
-		assertArgs(t, c.Args, "--enrolment-token-file=/etc/ferry/enrolment/token", "--broker-ca-fingerprint="+fp,
-			"--credentials-secret=ferry-system/ferry-edge-credentials")
-		for _, a := range c.Args {
-			if strings.HasPrefix(a, "--tls-cert") || strings.HasPrefix(a, "--broker-ca=") {
-				t.Errorf("enrolled edge given %s", a)
-			}
+// TestChartsEdgeEnrolment: with enrolment.enabled the edge gets a token
+// file, the fingerprint and its credentials Secret instead of certificate
+// files; the token Secret is optional.
+func TestChartsEdgeEnrolment(t *testing.T) {
+	h := newHelm(t)
+	const fp = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	objs := render(t, h, edgeChart, "ferry-edge", "ferry-system", append(slices.Clone(minimalEdgeValues),
+		"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint="+fp)...)
+	dep := deployment(t, objs, "ferry-edge")
+	c := onlyContainer(t, dep)
+	assertArgs(t, c.Args, "--enrolment-token-file=/etc/ferry/enrolment/token", "--broker-ca-fingerprint="+fp,
+		"--credentials-secret=ferry-system/ferry-edge-credentials")
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--tls-cert") || strings.HasPrefix(a, "--broker-ca=") {
+			t.Errorf("an enrolling edge got %s", a)
 		}
-		assertFlagsKnown(t, env.bins.Edge, c.Args)
-		assertRestricted(t, dep)
-		assertVolumeSecret(t, dep, "enrolment", "ferry-edge-enrolment")
-		for _, v := range dep.Spec.Template.Spec.Volumes {
-			if v.Name == "tls" || v.Name == "broker-ca" {
-				t.Errorf("enrolled edge mounts volume %s", v.Name)
-			}
-			if v.Name == "enrolment" && (v.Secret.Optional == nil || !*v.Secret.Optional) {
-				t.Error("the token Secret must be optional: it may be deleted once the edge enrolled")
-			}
+	}
+	assertFlagsKnown(t, env.bins.Edge, c.Args)
+	assertVolumeSecret(t, dep, "enrolment-token", "ferry-edge-enrolment-token")
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Name == "enrolment-token" && (v.Secret.Optional == nil || !*v.Secret.Optional) {
+			t.Error("the token Secret is not optional: deleting it after enrolment would stop new pods")
 		}
-	})
+		if v.Name == "tls" {
+			t.Error("an enrolling edge mounts a certificate Secret")
+		}
+	}
+	for _, bad := range [][]string{
+		{"--set", "enrolment.enabled=true"},
+		{"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint=sha256:abc"},
+		{"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint=" + fp, "--set", "certManager.enabled=true",
+			"--set", "certManager.issuerRef.name=x", "--set", "certManager.identity=spiffe://x"},
+	} {
+		args := append([]string{"template", "ferry-edge", edgeChart, "-n", "ferry-system"}, append(slices.Clone(minimalEdgeValues), bad...)...)
+		if _, err := h.Run(context.Background(), args...); err == nil || !strings.Contains(err.Error(), "enrolment") {
+			t.Errorf("helm %v: %v, want a refusal naming enrolment", bad, err)
+		}
+	}
+}
+
+// TestChartsBrokerEnrolment: enrolment.signingCASecret mounts the signing
+// CA and passes the enrolment flags; without it none are passed.
+func TestChartsBrokerEnrolment(t *testing.T) {
+	h := newHelm(t)
+	off := onlyContainer(t, deployment(t, render(t, h, brokerChart, "ferry", "ferry-system"), "ferry-ferry-broker"))
+	for _, a := range off.Args {
+		if strings.HasPrefix(a, "--edge-signing") || strings.HasPrefix(a, "--broker-ca") {
+			t.Errorf("enrolment is off by default, but the broker got %s", a)
+		}
+	}
+	objs := render(t, h, brokerChart, "ferry", "ferry-system", "--set", "enrolment.signingCASecret=edge-ca",
+		"--set", "enrolment.certificateLifetime=2h", "--set", "enrolment.brokerCA.existingSecret=broker-ca")
+	dep := deployment(t, objs, "ferry-ferry-broker")
+	c := onlyContainer(t, dep)
+	assertArgs(t, c.Args, "--edge-signing-cert=/etc/ferry/edge-signing-ca/tls.crt", "--edge-signing-key=/etc/ferry/edge-signing-ca/tls.key",
+		"--edge-certificate-lifetime=2h", "--enrolment-token-ttl=1h", "--broker-ca=/etc/ferry/broker-ca/ca.crt")
+	assertFlagsKnown(t, env.bins.Broker, c.Args)
+	assertVolumeSecret(t, dep, "edge-signing-ca", "edge-ca")
+	assertVolumeSecret(t, dep, "broker-ca", "broker-ca")
 }
 
 // TestChartsRejectBadValues: the values schemas and the charts' own checks
@@ -468,13 +497,6 @@ func TestChartsRejectBadValues(t *testing.T) {
 			"certManager.enabled needs certManager.issuerRef.name"},
 		{"replicas without leader election", "template", edgeChart, append([]string{"--set", "leaderElection.enabled=false"}, minimalEdgeValues...),
 			"replicaCount above 1 needs leaderElection.enabled"},
-		{"enrolment without fingerprint", "template", edgeChart, append([]string{"--set", "enrolment.enabled=true"}, minimalEdgeValues...),
-			"enrolment.enabled needs enrolment.brokerCAFingerprint"},
-		{"enrolment with a bad fingerprint", "template", edgeChart, append([]string{"--set", "enrolment.brokerCAFingerprint=AB:CD"}, minimalEdgeValues...),
-			"at '/enrolment/brokerCAFingerprint': 'AB:CD' does not match pattern"},
-		{"enrolment and cert-manager", "template", edgeChart, append([]string{"--set", "enrolment.enabled=true", "--set", "enrolment.brokerCAFingerprint=sha256:" + strings.Repeat("0", 64),
-			"--set", "certManager.enabled=true", "--set", "certManager.identity=spiffe://example.com/e", "--set", "certManager.issuerRef.name=ca"}, minimalEdgeValues...),
-			"enrolment.enabled and certManager.enabled exclude each other"},
 		{"no kcp credentials", "template", brokerChart, []string{"--set", "kcp.existingSecret="}, "set kcp.kubeconfig (the kubeconfig's content) or kcp.existingSecret"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

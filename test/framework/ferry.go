@@ -204,7 +204,8 @@ type EdgeOptions struct {
 	BrokerAddress string
 	// CAFile verifies the broker.
 	CAFile string
-	// CertFile and KeyFile are the edge's client certificate.
+	// CertFile and KeyFile are the edge's client certificate. With CAFile,
+	// all empty: the edge enrols (its ExtraArgs give the token).
 	CertFile, KeyFile string
 	// Kubeconfig is the service cluster's.
 	Kubeconfig string
@@ -247,15 +248,16 @@ func StartEdge(bins Binaries, o EdgeOptions) (*Process, error) {
 			adminAddr = v
 		}
 	}
-	args := append([]string{
+	args := []string{
 		"--broker-address", o.BrokerAddress,
 		"--admin-bind-address", adminAddr,
-		"--broker-ca", o.CAFile,
-		"--tls-cert", o.CertFile,
-		"--tls-key", o.KeyFile,
 		"--agent-name", o.Name,
 		"--kubeconfig", o.Kubeconfig,
-	}, append(obs.args(), o.ExtraArgs...)...)
+	}
+	if o.CertFile != "" || o.KeyFile != "" || o.CAFile != "" {
+		args = append(args, "--broker-ca", o.CAFile, "--tls-cert", o.CertFile, "--tls-key", o.KeyFile)
+	}
+	args = append(args, append(obs.args(), o.ExtraArgs...)...)
 	// As the Deployment in deploy/ does (POD_NAME from the downward API):
 	// the leader election identity is the instance's name, so an edge
 	// started again under its name takes its Lease back at once.

@@ -1,7 +1,8 @@
 // Command ferry-broker runs beside kcp: it holds the kcp credentials and
 // serves the gRPC endpoint that ferry edges dial. `ferry-broker dev-certs`
 // makes a development PKI; `ferry-broker release-finalizers` cleans up
-// after an edge that is uninstalled for good.
+// after an edge that is uninstalled for good; `ferry-broker
+// enrolment-token create` issues a one-time enrolment token.
 package main
 
 import (
@@ -17,8 +18,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/ferry-dev/ferry/broker/enrolment"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/broker/revocation"
@@ -32,6 +35,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "dev-certs" {
 		if err := runDevCerts(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "ferry-broker dev-certs: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "enrolment-token" && os.Args[2] == "create" {
+		if err := runCreateToken(os.Args[3:]); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-broker enrolment-token create: %v\n", err)
 			os.Exit(1)
 		}
 		return
@@ -82,15 +92,24 @@ func run(args []string) error {
 		}
 	}
 
-	revocations, err := loadRevocations(ctx, completed, log)
+	// The broker's state in kcp: revocations and enrolment tokens.
+	state, err := kcp.NewSecretsClients(completed.KCP)
 	if err != nil {
 		return err
 	}
+	revocations := loadRevocations(ctx, completed, state, log)
 
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("cannot listen on --listen-address %s: %w", opts.ListenAddress, err)
 	}
+	enrol, err := enrolmentOptions(completed, state)
+	if err != nil {
+		return err
+	}
+	// Blocked identities get no certificate: neither at enrolment nor at
+	// renewal.
+	enrol.Blocklist = revocations
 	srv := server.New(server.Options{
 		Config:            completed.Config,
 		TLS:               completed.TLS,
@@ -108,6 +127,7 @@ func run(args []string) error {
 			Namespace: opts.EdgeLeaseNamespace, RenewInterval: opts.EdgeLeaseRenewInterval,
 		},
 		Revocations: revocations,
+		Enrolment:   enrol,
 	})
 	if err := m.RegisterSource(ctrlmetrics.Registry, srv.MetricsSource()); err != nil {
 		return err
@@ -147,11 +167,7 @@ const revocationLoadTimeout = 30 * time.Second
 // kcp. A workspace whose blocks cannot be read now does not stop the broker:
 // its edges are refused until a later read succeeds (see
 // revocation.Set.EnsureLoaded).
-func loadRevocations(ctx context.Context, c *Completed, log logr.Logger) (*revocation.Set, error) {
-	clients, err := revocation.NewClients(c.KCP)
-	if err != nil {
-		return nil, err
-	}
+func loadRevocations(ctx context.Context, c *Completed, clients kcp.SecretsClients, log logr.Logger) *revocation.Set {
 	set := revocation.New(revocation.Options{Config: c.Config, Clients: clients, Namespace: c.StateNamespace, Log: log.WithName("revocation")})
 	// Bounded: a kcp that does not answer must not keep the broker from
 	// serving the workspaces that did.
@@ -160,5 +176,19 @@ func loadRevocations(ctx context.Context, c *Completed, log logr.Logger) (*revoc
 	if err := set.Load(loadCtx); err != nil {
 		log.Error(err, "cannot read every revocation from kcp yet; the edges of those workspaces are refused until it succeeds")
 	}
-	return set, nil
+	return set
+}
+
+// enrolmentOptions wires the signing CA and the token store; the zero value
+// (enrolment off) without a signing CA.
+func enrolmentOptions(c *Completed, clients kcp.SecretsClients) (server.EnrolmentOptions, error) {
+	if c.Signer == nil {
+		return server.EnrolmentOptions{}, nil
+	}
+	return server.EnrolmentOptions{
+		Signer:          c.Signer,
+		Tokens:          enrolment.NewTokenStore(clients, c.StateNamespace, c.Config, clock.RealClock{}),
+		BrokerCA:        c.BrokerCA,
+		DefaultTokenTTL: c.EnrolmentTokenTTL,
+	}, nil
 }

@@ -13,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/enrolment"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/server"
 	"github.com/ferry-dev/ferry/pkg/cli"
@@ -45,30 +47,39 @@ type Options struct {
 	// kcp (docs/edge-status.md).
 	EdgeLeaseNamespace     string
 	EdgeLeaseRenewInterval time.Duration
-	// StateNamespace holds the broker's durable state (revocations made
-	// through the admin API) in the workspace of each configured APIExport.
-	StateNamespace string
 	// VirtualWorkspaceURLRewrite maps the virtual workspace URLs kcp lists,
 	// FROM=TO per shard (kcp.EndpointRewrite); none keeps them.
 	VirtualWorkspaceURLRewrite []string
+	// Enrolment (docs/enrolment.md): the CA that signs edge certificates,
+	// the bundle enrolled edges verify the broker with, lifetimes.
+	EdgeSigningCertFile     string
+	EdgeSigningKeyFile      string
+	BrokerCAFile            string
+	EdgeCertificateLifetime time.Duration
+	EnrolmentTokenTTL       time.Duration
+	// StateNamespace holds the broker's durable state in kcp (enrolment
+	// tokens, revocations), in the workspace of each configured APIExport.
+	StateNamespace string
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		ListenAddress:          ":9443",
-		HeartbeatInterval:      protocol.DefaultHeartbeatInterval,
-		MaxMessageBytes:        protocol.DefaultMaxMessageBytes,
-		ShutdownTimeout:        10 * time.Second,
-		InFlightWindow:         256,
-		EngineIdleTimeout:      15 * time.Minute,
-		ClientQPS:              cli.DefaultClientQPS,
-		ClientBurst:            cli.DefaultClientBurst,
-		MetricsAddress:         cli.BrokerMetricsAddress,
-		HealthAddress:          cli.BrokerHealthAddress,
-		EdgeLeaseNamespace:     metav1.NamespaceDefault,
-		EdgeLeaseRenewInterval: server.DefaultEdgeLeaseRenewInterval,
-		StateNamespace:         metav1.NamespaceDefault,
+		ListenAddress:           ":9443",
+		HeartbeatInterval:       protocol.DefaultHeartbeatInterval,
+		MaxMessageBytes:         protocol.DefaultMaxMessageBytes,
+		ShutdownTimeout:         10 * time.Second,
+		InFlightWindow:          256,
+		EngineIdleTimeout:       15 * time.Minute,
+		ClientQPS:               cli.DefaultClientQPS,
+		ClientBurst:             cli.DefaultClientBurst,
+		MetricsAddress:          cli.BrokerMetricsAddress,
+		HealthAddress:           cli.BrokerHealthAddress,
+		EdgeLeaseNamespace:      metav1.NamespaceDefault,
+		EdgeLeaseRenewInterval:  server.DefaultEdgeLeaseRenewInterval,
+		EdgeCertificateLifetime: enrolment.DefaultCertificateLifetime,
+		EnrolmentTokenTTL:       enrolment.DefaultTokenTTL,
+		StateNamespace:          metav1.NamespaceDefault,
 	}
 }
 
@@ -92,7 +103,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	cli.AddObservabilityFlags(fs, &o.MetricsAddress, &o.HealthAddress)
 	fs.StringVar(&o.EdgeLeaseNamespace, "edge-lease-namespace", o.EdgeLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease per configured edge that shows whether the edge is connected (kubectl get leases -l app.kubernetes.io/managed-by=ferry-broker); empty writes no Leases.")
 	fs.StringArrayVar(&o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteFlag, o.VirtualWorkspaceURLRewrite, kcp.EndpointRewriteUsage)
-	fs.StringVar(&o.StateNamespace, "state-namespace", o.StateNamespace, "Namespace, in the workspace of each configured APIExport, of the Secrets that keep the broker's state (revocations made with AdminService.Revoke); it must exist.")
+	fs.StringVar(&o.EdgeSigningCertFile, "edge-signing-cert", o.EdgeSigningCertFile, "CA certificate (PEM) that signs edge client certificates at enrolment and renewal; it must verify against --client-ca. Without it, enrolment and renewal are off.")
+	fs.StringVar(&o.EdgeSigningKeyFile, "edge-signing-key", o.EdgeSigningKeyFile, "Private key (PEM) of --edge-signing-cert.")
+	fs.StringVar(&o.BrokerCAFile, "broker-ca", o.BrokerCAFile, "CA bundle (PEM) that verifies this broker's serving certificate, handed to enrolled edges (at enrolment and every renewal, read again each time). Default: the --client-ca file.")
+	fs.DurationVar(&o.EdgeCertificateLifetime, "edge-certificate-lifetime", o.EdgeCertificateLifetime, "Lifetime of the edge certificates the broker signs; edges renew them after two thirds of it.")
+	fs.DurationVar(&o.EnrolmentTokenTTL, "enrolment-token-ttl", o.EnrolmentTokenTTL, "Default lifetime of enrolment tokens (at most 168h).")
+	fs.StringVar(&o.StateNamespace, "state-namespace", o.StateNamespace, "Namespace, in the workspace of each configured APIExport, of the broker's durable state in kcp: hashed enrolment tokens and revocations (Secrets).")
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 
@@ -149,6 +165,15 @@ func (o *Options) Validate() error {
 	if _, err := kcp.ParseEndpointRewrite(o.VirtualWorkspaceURLRewrite); err != nil {
 		errs = append(errs, fmt.Errorf("--%s: %w", kcp.EndpointRewriteFlag, err))
 	}
+	if (o.EdgeSigningCertFile == "") != (o.EdgeSigningKeyFile == "") {
+		errs = append(errs, errors.New("--edge-signing-cert and --edge-signing-key go together"))
+	}
+	if o.EdgeCertificateLifetime < enrolment.MinCertificateLifetime {
+		errs = append(errs, fmt.Errorf("--edge-certificate-lifetime must be at least %s", enrolment.MinCertificateLifetime))
+	}
+	if o.EnrolmentTokenTTL <= 0 || o.EnrolmentTokenTTL > enrolment.MaxTokenTTL {
+		errs = append(errs, fmt.Errorf("--enrolment-token-ttl must be positive and at most %s", enrolment.MaxTokenTTL))
+	}
 	return errors.Join(errs...)
 }
 
@@ -160,6 +185,10 @@ type Completed struct {
 	KCP    *rest.Config
 	// EndpointRewrite is VirtualWorkspaceURLRewrite, parsed.
 	EndpointRewrite kcp.EndpointRewrite
+	// Signer issues edge certificates; nil when enrolment is off.
+	Signer *enrolment.Signer
+	// BrokerCA names the bundle handed to enrolled edges.
+	BrokerCA enrolment.BrokerCAFiles
 }
 
 // Complete loads the configuration file, the certificates and the kcp
@@ -183,9 +212,33 @@ func (o *Options) Complete(log logr.Logger) (*Completed, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--%s: %w", kcp.EndpointRewriteFlag, err))
 	}
+	signer, brokerCA, err := o.completeEnrolment()
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	cli.ShareRateLimit(kcpCfg, o.ClientQPS, o.ClientBurst)
-	return &Completed{Options: o, Config: cfg, TLS: tlsCfg, KCP: kcpCfg, EndpointRewrite: rewrite}, nil
+	return &Completed{Options: o, Config: cfg, TLS: tlsCfg, KCP: kcpCfg, EndpointRewrite: rewrite, Signer: signer, BrokerCA: brokerCA}, nil
+}
+
+// completeEnrolment loads and checks the signing CA and the broker CA
+// bundle; enrolment is off (nil signer) without --edge-signing-cert.
+func (o *Options) completeEnrolment() (*enrolment.Signer, enrolment.BrokerCAFiles, error) {
+	brokerCA := enrolment.BrokerCAFiles{BundleFile: o.BrokerCAFile, ServingCertFile: o.TLS.CertFile}
+	if brokerCA.BundleFile == "" {
+		brokerCA.BundleFile = o.TLS.CAFile
+	}
+	if o.EdgeSigningCertFile == "" {
+		return nil, brokerCA, nil
+	}
+	signer, err := enrolment.LoadSigner(o.EdgeSigningCertFile, o.EdgeSigningKeyFile, o.TLS.CAFile, o.EdgeCertificateLifetime, clock.RealClock{})
+	if err != nil {
+		return nil, brokerCA, fmt.Errorf("--edge-signing-cert/--edge-signing-key: %w", err)
+	}
+	if _, err := brokerCA.Load(); err != nil {
+		return nil, brokerCA, fmt.Errorf("--broker-ca: %w", err)
+	}
+	return signer, brokerCA, nil
 }

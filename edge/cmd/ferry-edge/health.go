@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"google.golang.org/grpc/status"
+
+	"github.com/ferry-dev/ferry/pkg/cli"
 )
 
 // ready is the edge's readiness check. The leader is ready while its
@@ -15,6 +18,12 @@ import (
 // wait for the Lease, and failing it would block a rolling update that
 // keeps one replica leading.
 func (p *edgeProcess) ready(*http.Request) error {
+	if p.tls.Load() == nil {
+		return errors.New("enrolling (no client certificate yet)")
+	}
+	if notAfter, err := p.clientCertificateExpiry(); err == nil && time.Now().After(notAfter) {
+		return fmt.Errorf("the client certificate expired at %s", notAfter.UTC().Format(time.RFC3339))
+	}
 	cur := p.current.Load()
 	if cur == nil {
 		return errors.New("starting")
@@ -27,6 +36,11 @@ func (p *edgeProcess) ready(*http.Request) error {
 	}
 	if !cur.stream.Connected() {
 		return streamDown(p.cfg.BrokerAddress, cur.stream.Refusal())
+	}
+	if p.renewer != nil {
+		if err := p.renewer.Err(); err != nil {
+			return &cli.Degraded{Reason: "certificate renewal failing: " + err.Error()}
+		}
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
+	"github.com/ferry-dev/ferry/edge/enrol"
 	"github.com/ferry-dev/ferry/edge/objectlog"
 	"github.com/ferry-dev/ferry/edge/publish"
 	"github.com/ferry-dev/ferry/edge/replication"
@@ -47,6 +48,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/backoff"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/metrics"
+	"github.com/ferry-dev/ferry/pkg/tlsconfig"
 )
 
 const (
@@ -102,6 +104,13 @@ type edgeProcess struct {
 	// admin is the edge's local admin API; each incarnation points it at
 	// its own state. nil when not served.
 	admin *edgeadmin.Server
+	// tls is the client TLS configuration once known (for metrics and
+	// readiness, which run while the edge enrols).
+	tls atomic.Pointer[tlsconfig.ClientConfig]
+	// credentials and renewer are set for an enrolled edge (credentials
+	// in a Secret, renewed over the stream); nil with certificate files.
+	credentials *enrol.SecretStore
+	renewer     *enrol.Renewer
 }
 
 // incarnationState is what the readiness probe reads of an incarnation.
@@ -213,6 +222,10 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 		return fmt.Errorf("cannot set up the PublishedResource controller: %w", err)
 	}
 	handler := session.NewHandler(store, engine, pending)
+	var renewer stream.Renewer
+	if p.renewer != nil { // not a typed nil in the interface
+		renewer = p.renewer
+	}
 	brokerStream := stream.New(stream.Options{
 		BrokerAddress:     opts.BrokerAddress,
 		TLS:               p.cfg.TLS,
@@ -225,6 +238,7 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 		Handler:           handler,
 		Log:               log,
 		Metrics:           p.metrics,
+		Renewer:           renewer,
 	})
 	state := &incarnationState{stream: brokerStream}
 	p.current.Store(state)
@@ -239,7 +253,11 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	// its graceful shutdown and returns without waiting for them, and the
 	// next incarnation must not start beside them.
 	var gate stopGate
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return gate.run(ctx, brokerStream.Run) })); err != nil {
+	runStream := func(ctx context.Context) error {
+		p.refreshCredentials(ctx) // a standby taking over: another replica may have renewed
+		return brokerStream.Run(ctx)
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return gate.run(ctx, runStream) })); err != nil {
 		return fmt.Errorf("cannot add the broker link to the manager: %w", err)
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -47,9 +47,18 @@ func run(args []string) error {
 	}
 	log := cli.NewLogger("ferry-edge", &opts.Zap)
 	log.Info("starting", "version", version.String(), "broker", opts.BrokerAddress, "route", completed.Dialer.Route(opts.BrokerAddress), "tls", opts.TLSProfile.String())
-	m, err := metrics.NewEdge(ctrlmetrics.Registry, metrics.Certificate{Role: "client", File: opts.TLS.CertFile})
+	p := &edgeProcess{cfg: completed, log: log}
+	clientCert := metrics.Certificate{Role: "client", File: opts.TLS.CertFile}
+	if !opts.fileMode() {
+		clientCert = metrics.Certificate{Role: "client", Expiry: p.clientCertificateExpiry}
+	}
+	m, err := metrics.NewEdge(ctrlmetrics.Registry, clientCert)
 	if err != nil {
 		return err
+	}
+	p.metrics = m
+	if completed.TLS != nil {
+		p.tls.Store(completed.TLS)
 	}
 	m.InstrumentClient(completed.Service, "service")
 
@@ -63,7 +72,6 @@ func run(args []string) error {
 
 	// Probes and metrics first: installing the CRD may wait for the API
 	// server, and liveness must not fail meanwhile.
-	p := &edgeProcess{cfg: completed, log: log, metrics: m}
 	if _, err := cli.ServeMetrics(ctx, opts.MetricsAddress, ctrlmetrics.Registry, log); err != nil {
 		return err
 	}
@@ -73,6 +81,13 @@ func run(args []string) error {
 	// The admin view outlives incarnations; each points it at its own state.
 	p.admin = edgeadmin.New(opts.AgentName, opts.BrokerAddress)
 	if _, err := p.admin.Serve(ctx, opts.AdminAddress, log.WithName("admin")); err != nil {
+		return err
+	}
+
+	if err := p.setupCredentials(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return err
 	}
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	edgeadmin "github.com/ferry-dev/ferry/edge/admin"
+	"github.com/ferry-dev/ferry/edge/enrol"
 	"github.com/ferry-dev/ferry/pkg/cli"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/proxydial"
@@ -49,6 +50,12 @@ type Options struct {
 	MetricsAddress          string
 	HealthAddress           string
 	AdminAddress            string
+	// Enrolment (docs/enrolment.md): without --tls-cert, the edge's
+	// credentials live in CredentialsSecret, obtained with a one-time token.
+	EnrolmentTokenFile  string
+	EnrolmentToken      string
+	BrokerCAFingerprint string
+	CredentialsSecret   string
 }
 
 // NewOptions returns the defaults.
@@ -72,6 +79,9 @@ func NewOptions() *Options {
 		MetricsAddress: cli.EdgeMetricsAddress,
 		HealthAddress:  cli.EdgeHealthAddress,
 		AdminAddress:   edgeadmin.DefaultAddress,
+		// The namespace of the pod's service account: where the chart
+		// installs the edge and grants it this one Secret.
+		CredentialsSecret: enrol.DefaultSecret(),
 	}
 }
 
@@ -80,10 +90,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BrokerAddress, "broker-address", o.BrokerAddress, "host:port of the ferry broker.")
 	fs.StringVar(&o.BrokerServerName, "broker-server-name", o.BrokerServerName, "Name expected in the broker's certificate; defaults to the host of --broker-address.")
 	fs.StringVar(&o.ProxyURL, "proxy-url", o.ProxyURL, "HTTP CONNECT proxy to reach the broker through, http://[user:password@]host:port or https://...; credentials are sent as Basic Proxy-Authorization. Empty: HTTPS_PROXY (or https_proxy) unless NO_PROXY matches the broker's host; neither: direct.")
-	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Client certificate (PEM); its URI SAN (or CN) is the edge's identity. Reloaded on reconnect when the file changes.")
+	o.TLSProfile.AddFlags(fs, "broker")
+	fs.StringVar(&o.TLS.CertFile, "tls-cert", o.TLS.CertFile, "Client certificate (PEM); its URI SAN (or CN) is the edge's identity. Reloaded on reconnect when the file changes. With --tls-key and --broker-ca: certificates from files, managed outside ferry (no enrolment, no renewal over the stream).")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key", o.TLS.KeyFile, "Client private key (PEM).")
 	fs.StringVar(&o.TLS.CAFile, "broker-ca", o.TLS.CAFile, "CA bundle (PEM) that signs the broker's certificate; reloaded on reconnect when the file changes.")
-	o.TLSProfile.AddFlags(fs, "broker")
+	fs.StringVar(&o.EnrolmentTokenFile, "enrolment-token-file", o.EnrolmentTokenFile, "File holding a one-time enrolment token (ferry-broker enrolment-token create): used only when the credentials Secret holds no usable certificate; the edge then generates its key, obtains its certificate and stores both in the Secret.")
+	fs.StringVar(&o.EnrolmentToken, "enrolment-token", o.EnrolmentToken, "The enrolment token itself, for tests: it is visible in process lists; use --enrolment-token-file.")
+	fs.StringVar(&o.BrokerCAFingerprint, "broker-ca-fingerprint", o.BrokerCAFingerprint, "SHA-256 fingerprint of the broker's CA certificate (sha256:<hex>, bare hex or openssl's AB:CD:… form), as ferry-broker enrolment-token create prints it; required with a token.")
+	fs.StringVar(&o.CredentialsSecret, "credentials-secret", o.CredentialsSecret, "namespace/name of the Secret (type kubernetes.io/tls, plus ca.crt) in the service cluster that holds the enrolled edge's key, certificate and broker CA bundle; renewals update it. Default: ferry-edge-credentials in the namespace of the edge's service account (ferry-system outside a pod).")
 	fs.StringVar(&o.AgentName, "agent-name", o.AgentName, "Name of this edge (a DNS label), shown at the broker.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the service cluster; in-cluster configuration when empty.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "Heartbeat interval proposed to the broker; a stream silent for three intervals is closed.")
@@ -114,15 +128,7 @@ func (o *Options) Validate() error {
 	if o.BrokerAddress == "" {
 		errs = append(errs, errors.New("--broker-address is required"))
 	}
-	if o.TLS.CertFile == "" {
-		errs = append(errs, errors.New("--tls-cert is required"))
-	}
-	if o.TLS.KeyFile == "" {
-		errs = append(errs, errors.New("--tls-key is required"))
-	}
-	if o.TLS.CAFile == "" {
-		errs = append(errs, errors.New("--broker-ca is required"))
-	}
+	errs = append(errs, o.validateCredentials()...)
 	if err := o.TLSProfile.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -150,9 +156,60 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// fileMode tells whether the certificates come from files.
+func (o *Options) fileMode() bool {
+	return o.TLS.CertFile != "" || o.TLS.KeyFile != "" || o.TLS.CAFile != ""
+}
+
+// validateCredentials checks the two ways of getting credentials: files
+// (--tls-cert/--tls-key/--broker-ca) or enrolment (a token and the broker
+// CA's fingerprint, kept in --credentials-secret), never both.
+func (o *Options) validateCredentials() []error {
+	var errs []error
+	enrolling := o.EnrolmentTokenFile != "" || o.EnrolmentToken != "" || o.BrokerCAFingerprint != ""
+	if o.fileMode() {
+		if enrolling {
+			return []error{errors.New("--tls-cert/--tls-key/--broker-ca (certificates from files) and --enrolment-token-file/--enrolment-token/--broker-ca-fingerprint (enrolment) exclude each other: give one")}
+		}
+		if o.TLS.CertFile == "" {
+			errs = append(errs, errors.New("--tls-cert is required"))
+		}
+		if o.TLS.KeyFile == "" {
+			errs = append(errs, errors.New("--tls-key is required"))
+		}
+		if o.TLS.CAFile == "" {
+			errs = append(errs, errors.New("--broker-ca is required"))
+		}
+		return errs
+	}
+	switch {
+	case !enrolling:
+		// The token stays configured after the first enrolment (its file
+		// may be gone by then): only needed while the Secret holds nothing.
+		errs = append(errs, errors.New("--tls-cert is required (with --tls-key and --broker-ca), or enrol: --enrolment-token-file and --broker-ca-fingerprint"))
+	case o.EnrolmentTokenFile != "" && o.EnrolmentToken != "":
+		errs = append(errs, errors.New("--enrolment-token-file and --enrolment-token exclude each other"))
+	case o.EnrolmentTokenFile == "" && o.EnrolmentToken == "":
+		errs = append(errs, errors.New("--enrolment-token-file is required with --broker-ca-fingerprint"))
+	case o.BrokerCAFingerprint == "":
+		errs = append(errs, errors.New("--broker-ca-fingerprint is required with an enrolment token"))
+	}
+	if o.BrokerCAFingerprint != "" {
+		if _, err := tlsconfig.ParseFingerprint(o.BrokerCAFingerprint); err != nil {
+			errs = append(errs, fmt.Errorf("--broker-ca-fingerprint: %w", err))
+		}
+	}
+	if _, _, err := enrol.ParseSecretRef(o.CredentialsSecret); err != nil {
+		errs = append(errs, fmt.Errorf("--credentials-secret: %w", err))
+	}
+	return errs
+}
+
 // Completed holds what the options point at, loaded and checked.
 type Completed struct {
 	*Options
+	// TLS is the client TLS configuration: from files, or (enrolment)
+	// set by setupCredentials at start.
 	TLS      *tlsconfig.ClientConfig
 	Dialer   *proxydial.Dialer
 	Service  *rest.Config
@@ -162,9 +219,12 @@ type Completed struct {
 // Complete loads the certificates and the service cluster's kubeconfig.
 func (o *Options) Complete() (*Completed, error) {
 	var errs []error
-	tlsCfg, err := tlsconfig.Client(o.TLS, o.BrokerServerName, o.TLSProfile)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("TLS (--tls-cert/--tls-key/--broker-ca): %w", err))
+	var tlsCfg *tlsconfig.ClientConfig
+	if o.fileMode() {
+		var err error
+		if tlsCfg, err = tlsconfig.Client(o.TLS, o.BrokerServerName, o.TLSProfile); err != nil {
+			errs = append(errs, fmt.Errorf("TLS (--tls-cert/--tls-key/--broker-ca): %w", err))
+		}
 	}
 	dialer, err := proxydial.New(proxydial.Options{ProxyURL: o.ProxyURL})
 	if err != nil {

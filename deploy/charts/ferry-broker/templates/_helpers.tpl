@@ -101,12 +101,3 @@ group: cert-manager.io
 {{- if .Values.config.admins }}{{ $_ := set $cfg "admins" .Values.config.admins }}{{ end }}
 {{- toYaml $cfg }}
 {{- end }}
-
-{{/* The Secret with the CA that signs enrolled edges' certificates; empty: enrolment off. */}}
-{{- define "ferry-broker.signingSecretName" -}}
-{{- if .Values.enrolment.signingSecret }}
-{{- .Values.enrolment.signingSecret }}
-{{- else if and .Values.certManager.enabled (not .Values.certManager.issuerRef.name) }}
-{{- printf "%s-ca" (include "ferry-broker.fullname" .) }}
-{{- end }}
-{{- end }}

@@ -64,7 +64,7 @@ app.kubernetes.io/part-of: ferry
 {{- default (include "ferry-edge.tlsSecretName" .) .Values.tls.brokerCA.existingSecret }}
 {{- end }}
 
-{{/* The Secret an enrolled edge keeps its key, certificate and CA bundle in. */}}
+{{/* The Secret an enrolled edge keeps its credentials in. */}}
 {{- define "ferry-edge.credentialsSecretName" -}}
 {{- default (printf "%s-credentials" (include "ferry-edge.fullname" .)) .Values.enrolment.credentialsSecret }}
 {{- end }}
@@ -79,13 +79,8 @@ app.kubernetes.io/part-of: ferry
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicaCount above 1 needs leaderElection.enabled: without it every replica would connect to the broker" }}
 {{- end }}
-{{- if .Values.enrolment.enabled }}
-{{- if .Values.certManager.enabled }}
+{{- if and .Values.enrolment.enabled .Values.certManager.enabled }}
 {{- fail "enrolment.enabled and certManager.enabled exclude each other: an enrolled edge gets its certificate from the broker" }}
-{{- end }}
-{{- if not .Values.enrolment.brokerCAFingerprint }}
-{{- fail "enrolment.enabled needs enrolment.brokerCAFingerprint: the sha256: fingerprint ferry-broker enrolment-token create printed with the token" }}
-{{- end }}
 {{- end }}
 {{- if .Values.certManager.enabled }}
 {{- if not .Values.certManager.issuerRef.name }}
