@@ -66,7 +66,7 @@ GENERATED     += deploy/charts/ferry-edge/files
 GENERATED_SUM := find $(GENERATED) -type f -exec sha256sum {} + | sort | sha256sum
 
 GO_TEST_FLAGS ?= -race -count=1
-E2E_TIMEOUT   ?= 30m
+E2E_TIMEOUT   ?= 45m
 # A -run regexp for test-e2e-current (all tests when empty).
 E2E_RUN       ?=
 
