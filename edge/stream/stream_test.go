@@ -424,35 +424,7 @@ func (h *fakeHandler) TooLarge(*ferryv1.ConnectRequest, int, int) {}
 // within the test only the application heartbeats can keep the tunnel
 // open: the stream must outlive several idle timeouts on one connection.
 func TestHeartbeatsKeepAnIdleStreamThroughAProxy(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := devpki.LoadOrCreateCA(dir, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.IssueServer(dir, "broker", []string{"127.0.0.1"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.IssueClient(dir, "edge", devpki.IdentityFor("edge")); err != nil {
-		t.Fatal(err)
-	}
-	serverTLS, err := tlsconfig.Server(tlsconfig.Files{CertFile: devpki.CertFile(dir, "broker"), KeyFile: devpki.KeyFile(dir, "broker"),
-		CAFile: filepath.Join(dir, devpki.CACertFile)}, tlsconfig.Profile{}, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientTLS, err := tlsconfig.Client(tlsconfig.Files{CertFile: devpki.CertFile(dir, "edge"), KeyFile: devpki.KeyFile(dir, "edge"),
-		CAFile: filepath.Join(dir, devpki.CACertFile)}, "", tlsconfig.Profile{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
-	ferryv1.RegisterSyncServiceServer(srv, &fakeBroker{heartbeat: time.Second})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
+	addr, clientTLS := startFakeBroker(t, &fakeBroker{heartbeat: time.Second})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -475,7 +447,7 @@ func TestHeartbeatsKeepAnIdleStreamThroughAProxy(t *testing.T) {
 
 	h := &fakeHandler{}
 	c := New(Options{
-		BrokerAddress: lis.Addr().String(), TLS: clientTLS, Dial: dialer.Dial, AgentName: "edge",
+		BrokerAddress: addr, TLS: clientTLS, Dial: dialer.Dial, AgentName: "edge",
 		HeartbeatInterval: time.Second, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
 		Backoff: &backoff.Exponential{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Handler: h, Log: logr.Discard(),
