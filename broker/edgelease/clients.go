@@ -1,72 +1,10 @@
 package edgelease
 
-import (
-	"fmt"
-	"net/http"
-	"strings"
-	"sync"
+import "github.com/ferry-dev/ferry/broker/kcp"
 
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/client-go/rest"
+// Clients reach the Leases of the export workspaces with the broker's kcp
+// credentials (kcp.NewLeasesClients).
+type Clients = kcp.LeasesClients
 
-	"github.com/ferry-dev/ferry/broker/kcp"
-)
-
-// Clients returns the Leases client of a kcp workspace (by path, e.g.
-// "root:org"). Implementations must be safe for concurrent use.
-type Clients interface {
-	Leases(workspace string) (coordinationv1client.LeasesGetter, error)
-}
-
-// ClientsFunc adapts a function to Clients.
-type ClientsFunc func(workspace string) (coordinationv1client.LeasesGetter, error)
-
-// Leases calls f.
-func (f ClientsFunc) Leases(workspace string) (coordinationv1client.LeasesGetter, error) {
-	return f(workspace)
-}
-
-// workspaceClients builds one coordination/v1 client per workspace on
-// demand, all sharing one HTTP client (connections, TLS) and the rest
-// config's rate limiter.
-type workspaceClients struct {
-	base *rest.Config
-	host string
-	http *http.Client
-
-	mu      sync.Mutex
-	clients map[string]coordinationv1client.LeasesGetter
-}
-
-// NewClients returns Clients for the kcp server of cfg (the broker's kcp
-// credentials); any /clusters/... path on its host is replaced by the
-// workspace's.
-func NewClients(cfg *rest.Config) (Clients, error) {
-	host, err := kcp.BaseHost(cfg.Host)
-	if err != nil {
-		return nil, err
-	}
-	base := rest.CopyConfig(cfg)
-	base.Host = host
-	httpClient, err := rest.HTTPClientFor(base)
-	if err != nil {
-		return nil, fmt.Errorf("cannot build the kcp HTTP client for edge Leases: %w", err)
-	}
-	return &workspaceClients{base: base, host: strings.TrimRight(host, "/"), http: httpClient, clients: map[string]coordinationv1client.LeasesGetter{}}, nil
-}
-
-func (c *workspaceClients) Leases(workspace string) (coordinationv1client.LeasesGetter, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if client, ok := c.clients[workspace]; ok {
-		return client, nil
-	}
-	cfg := rest.CopyConfig(c.base)
-	cfg.Host = c.host + "/clusters/" + workspace
-	client, err := coordinationv1client.NewForConfigAndClient(cfg, c.http)
-	if err != nil {
-		return nil, fmt.Errorf("cannot build the Leases client of workspace %s: %w", workspace, err)
-	}
-	c.clients[workspace] = client
-	return client, nil
-}
+// ClientsFunc adapts a function to Clients (tests).
+type ClientsFunc = kcp.LeasesClientsFunc

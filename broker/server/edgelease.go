@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/edgelease"
 	"github.com/ferry-dev/ferry/broker/engine"
+	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/registry"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/protocol"
@@ -67,7 +68,7 @@ func newEdgeLeases(o Options) *edgeLeases {
 			return nil
 		}
 		var err error
-		if clients, err = edgelease.NewClients(o.KCP); err != nil {
+		if clients, err = kcp.NewLeasesClients(o.KCP); err != nil {
 			log.Error(err, "edge Leases are off")
 			return nil
 		}
