@@ -81,7 +81,16 @@ func (s *SecretStore) Load(ctx context.Context, now time.Time) (*tlsconfig.Crede
 	return creds, nil
 }
 
-// Save writes the credentials, creating the Secret or replacing its data.
+// The labels that mark the credentials Secret as the edge's own.
+const (
+	labelManagedBy       = "app.kubernetes.io/managed-by"
+	managedByEdge        = "ferry-edge"
+	labelComponent       = "app.kubernetes.io/component"
+	componentCredentials = "credentials"
+)
+
+// Save writes the credentials, creating the Secret or replacing its data;
+// it never overwrites a Secret it did not make (its labels say).
 func (s *SecretStore) Save(ctx context.Context, creds *tlsconfig.Credentials) error {
 	chain, key, err := creds.PEM()
 	if err != nil {
@@ -94,12 +103,17 @@ func (s *SecretStore) Save(ctx context.Context, creds *tlsconfig.Credentials) er
 	case apierrors.IsNotFound(err):
 		_, err = secrets.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: map[string]string{
-				"app.kubernetes.io/managed-by": "ferry-edge",
-				"app.kubernetes.io/component":  "credentials",
+				labelManagedBy: managedByEdge,
+				labelComponent: componentCredentials,
 			}},
 			Type: corev1.SecretTypeTLS,
 			Data: data,
 		}, metav1.CreateOptions{})
+	case err == nil && (cur.Labels[labelManagedBy] != managedByEdge || cur.Labels[labelComponent] != componentCredentials):
+		// Somebody else's Secret (a wrong --credentials-secret): never
+		// overwrite it.
+		return fmt.Errorf("credentials Secret %s exists and was not made by ferry-edge (labels %s=%s, %s=%s missing): choose another --credentials-secret",
+			s, labelManagedBy, managedByEdge, labelComponent, componentCredentials)
 	case err == nil:
 		cur.Data = data
 		_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})

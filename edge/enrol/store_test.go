@@ -89,3 +89,23 @@ func TestParseSecretRef(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretStoreNeverOverwritesASecretItDidNotMake: --credentials-secret
+// pointing at somebody else's Secret (a typo, a shared name) must not cost
+// them its content: Save refuses and names it.
+func TestSecretStoreNeverOverwritesASecretItDidNotMake(t *testing.T) {
+	ctx := context.Background()
+	pki := newTestPKI(t)
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "web-tls", Namespace: "ferry-system"},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("theirs")}}
+	cs := fake.NewClientset(foreign)
+	s := &SecretStore{Client: cs.CoreV1(), Namespace: "ferry-system", Name: "web-tls"}
+	err := s.Save(ctx, pki.issue(t, "spiffe://x/nora"))
+	if err == nil || !strings.Contains(err.Error(), "ferry-system/web-tls") || !strings.Contains(err.Error(), "not made by ferry-edge") {
+		t.Fatalf("Save over a foreign Secret = %v, want a refusal naming it", err)
+	}
+	sec, _ := cs.CoreV1().Secrets("ferry-system").Get(ctx, "web-tls", metav1.GetOptions{})
+	if string(sec.Data["tls.crt"]) != "theirs" {
+		t.Fatalf("the foreign Secret was overwritten: %q", sec.Data["tls.crt"])
+	}
+}
