@@ -1,5 +1,7 @@
 // Command ferry-edge runs in a service cluster: it publishes the CRDs its
-// PublishedResources name through the ferry broker it dials.
+// PublishedResources name through the ferry broker it dials. `ferry-edge
+// migrate` converts the PublishedResources of api-syncagent and of the KDP
+// servlet into ferry's.
 package main
 
 import (
@@ -30,6 +32,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+		if err := runMigrate(os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-edge migrate: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "ferry-edge: %v\n", err)
 		os.Exit(1)

@@ -1,0 +1,141 @@
+package migrate
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-dev/ferry/deploy/crd"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func converter(t *testing.T) *Converter {
+	t.Helper()
+	var def apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(crd.PublishedResource, &def); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConverter(&def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestGolden converts the documents of testdata/*.yaml and compares the
+// output (documents with their change comments) with testdata/*.golden.
+func TestGolden(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs: %v", err)
+	}
+	c := converter(t)
+	for _, in := range inputs {
+		t.Run(filepath.Base(in), func(t *testing.T) {
+			f, err := os.Open(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			docs, err := ReadDocuments(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var results []Result
+			for _, d := range docs {
+				r, err := c.Convert(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				results = append(results, r)
+			}
+			var out bytes.Buffer
+			if err := Write(&out, results); err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(in, ".yaml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(want, out.Bytes()) {
+				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, out.String())
+			}
+		})
+	}
+}
+
+func TestConvert(t *testing.T) {
+	c := converter(t)
+	tests := []struct {
+		name      string
+		doc       string
+		wantErr   string
+		wantLossy []string // paths
+		wantPath  map[string]any
+	}{{
+		name:    "not a PublishedResource",
+		doc:     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}",
+		wantErr: `ConfigMap "x" is not a PublishedResource`,
+	}, {
+		name:    "unknown apiVersion",
+		doc:     "apiVersion: example.com/v1\nkind: PublishedResource\nmetadata: {name: x}",
+		wantErr: "has apiVersion example.com/v1; ferry migrates syncagent.kcp.io/v1alpha1 and services.kdp.k8c.io/v1alpha1",
+	}, {
+		name: "nothing lossy",
+		doc:  "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}}",
+	}, {
+		name:      "rudi dropped, regex kept",
+		doc:       "apiVersion: services.kdp.k8c.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, mutation: {spec: [{rudi: {script: s}}, {delete: {path: spec.a}}]}}",
+		wantLossy: []string{"spec.mutation.spec[0].rudi"},
+	}, {
+		name:      "top-level junk",
+		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}}\nextra: 1",
+		wantLossy: []string{"extra"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var doc map[string]any
+			if err := yaml.Unmarshal([]byte(tt.doc), &doc); err != nil {
+				t.Fatal(err)
+			}
+			r, err := c.Convert(doc)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lossy []string
+			for _, ch := range r.Changes {
+				if ch.Kind == Lossy {
+					lossy = append(lossy, ch.Path)
+				}
+			}
+			if strings.Join(lossy, ",") != strings.Join(tt.wantLossy, ",") {
+				t.Errorf("lossy %v, want %v", lossy, tt.wantLossy)
+			}
+			if r.Lossy() != (len(tt.wantLossy) > 0) {
+				t.Errorf("Lossy() = %v", r.Lossy())
+			}
+			if r.Object["apiVersion"] != "ferry.dev/v1alpha1" {
+				t.Errorf("apiVersion %v", r.Object["apiVersion"])
+			}
+		})
+	}
+}
