@@ -104,6 +104,29 @@ type PublishedResourceSpec struct {
 	// +optional
 	// +kubebuilder:default=Orphan
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// LocalEdits says what becomes of an edit made in the service cluster
+	// to a field of a local copy that the kcp object sets (the spec, and
+	// every other field outside metadata and status).
+	//
+	//   - Repair (default): kcp wins at once. The edit is undone within
+	//     seconds; the copy always holds what kcp says.
+	//   - Keep: the edit survives until the kcp object changes that same
+	//     field; then kcp's new value wins (a field kcp removes is removed).
+	//     The edge keeps the state it last applied from kcp in the copy's
+	//     ferry.dev/last-applied annotation, as kubectl apply does, and
+	//     merges field by field (maps key by key; a list is one value).
+	//
+	// Repair is the default because the copy then never silently differs
+	// from what the consumer sees in kcp. Keep suits services whose
+	// operators tune copies by hand, or whose controllers write into the
+	// spec, at the price that kcp no longer tells the whole truth about a
+	// copy and that each copy carries its last applied state (objects whose
+	// state is too large for an annotation are repaired as with Repair).
+	// Labels and annotations that kcp sets are always re-applied.
+	// +optional
+	// +kubebuilder:default=Repair
+	LocalEdits LocalEditsPolicy `json:"localEdits,omitempty"`
 }
 
 // DeletionPolicy is Orphan or Delete.

@@ -474,6 +474,7 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		Shape:         copyShape(pr, crd),
 
 		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
+		KeepLocalEdits:          pr.Spec.EffectiveLocalEdits() == ferryv1alpha1.LocalEditsKeep,
 	})
 }
 

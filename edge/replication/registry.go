@@ -42,6 +42,10 @@ type Published struct {
 	// applied under another shape is applied again, though its kcp content
 	// did not change.
 	Shape string
+	// KeepLocalEdits keeps local edits of fields the kcp object sets until
+	// kcp changes them (spec.localEdits Keep, localedits.go); otherwise kcp
+	// wins at once.
+	KeepLocalEdits bool
 }
 
 // LocalGVK is the local group/version/kind.
