@@ -23,3 +23,7 @@ func (s *PublishedResourceSpec) EffectiveLocalEdits() LocalEditsPolicy {
 	}
 	return LocalEditsRepair
 }
+
+// ReasonServiceOwnedPathsInvalid: spec.serviceOwnedPaths names a path
+// ferry cannot hand over to the service cluster.
+const ReasonServiceOwnedPathsInvalid = "ServiceOwnedPathsInvalid"

@@ -127,6 +127,27 @@ type PublishedResourceSpec struct {
 	// +optional
 	// +kubebuilder:default=Repair
 	LocalEdits LocalEditsPolicy `json:"localEdits,omitempty"`
+
+	// ServiceOwnedPaths are field paths of a local copy (the path syntax of
+	// mutations, e.g. spec.replicas) that the service cluster owns once the
+	// copy exists: ferry sets them from the kcp object when it creates the
+	// copy and never applies them again, so a change in kcp does not reach
+	// the copy and a local change (an autoscaler's) is never repaired. Use
+	// them for fields a controller of the service cluster manages, so ferry
+	// and that controller never fight over them. Default: none.
+	//
+	// A path names a field of the object's content: not metadata, status,
+	// apiVersion or kind, and not an element of a list (a list is one
+	// value: name the list). Removing a path hands it back to kcp: the next
+	// apply sets kcp's value again.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.all(p, p.matches('^[.]?[^.]+([.][^.]+)*$'))",message="spec.serviceOwnedPaths: every entry is a dot-separated field path without empty segments, such as spec.replicas"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !p.matches('^[.]?(metadata|status|apiVersion|kind)([.]|$)'))",message="spec.serviceOwnedPaths: metadata, status, apiVersion and kind cannot be owned by the service cluster; name a field of the object's content, such as spec.replicas"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !p.matches('(^|[.])[0-9]+([.]|$)'))",message="spec.serviceOwnedPaths: a path cannot index into a list (a list is one value); name the whole list instead, such as spec.ports"
+	ServiceOwnedPaths []string `json:"serviceOwnedPaths,omitempty"`
 }
 
 // DeletionPolicy is Orphan or Delete.

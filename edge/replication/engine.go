@@ -604,9 +604,24 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		ann[naming.AnnotationShape] = pub.Shape
 	}
 	local.SetAnnotations(ann)
+	// Service-owned paths (serviceowned.go): a copy whose hand-over does
+	// not cover the current paths gets it first (never releasing a path
+	// before the edge's manager applies it again), then the edge's apply
+	// leaves them out. A new copy is created with kcp's values.
+	owned, handed := pub.ServiceOwned, ""
+	if existing != nil {
+		handed = existing.GetAnnotations()[AnnotationServiceOwned]
+		if handed != serviceOwnedValue(owned) {
+			all := union(parseServiceOwned(handed), owned)
+			if err := e.handOver(ctx, pub, existing, all, serviceOwnedValue(all)); err != nil {
+				return nack(in, classify(err), true, "%v", err)
+			}
+		}
+		stripPaths(local.Object, owned)
+	}
 	var removed []fieldpath.Path
 	if pub.KeepLocalEdits {
-		if removed, err = keepLocalEdits(local, existing); err != nil {
+		if removed, err = keepLocalEdits(local, existing, owned); err != nil {
 			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "%v", err)
 		}
 	}
@@ -621,6 +636,26 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	}
 	if len(removed) > 0 {
 		if got, err = e.removeFields(ctx, pub, got, removed); err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+	}
+	switch {
+	case existing == nil && len(owned) > 0:
+		// Created with kcp's values: handed over, then the edge's manager
+		// lets go of them. Should the edge stop in between, the next apply
+		// finds no hand-over on the copy and makes it first.
+		if err := e.handOver(ctx, pub, got, owned, serviceOwnedValue(owned)); err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+		stripPaths(local.Object, owned)
+		local.SetUID(got.GetUID())
+		if got, err = e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+			return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
+		}
+	case existing != nil && handed != serviceOwnedValue(owned) && serviceOwnedValue(union(parseServiceOwned(handed), owned)) != serviceOwnedValue(owned):
+		// Paths no longer service-owned, applied by the edge again: the
+		// hand-over lets go of them.
+		if err := e.handOver(ctx, pub, got, owned, serviceOwnedValue(owned)); err != nil {
 			return nack(in, classify(err), true, "%v", err)
 		}
 	}

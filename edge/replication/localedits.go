@@ -57,7 +57,11 @@ func contentOf(obj map[string]any) map[string]any {
 // their local values unless kcp changed them, and records the new base on
 // local. It returns the fields kcp removed that existing still holds (an
 // apply alone leaves those that another manager co-owns).
-func keepLocalEdits(local, existing *unstructured.Unstructured) (removed []fieldpath.Path, err error) {
+//
+// Service-owned paths (owned) are no part of the base: kcp's changes to
+// them are not applied, so their absence from a later desired state is no
+// removal.
+func keepLocalEdits(local, existing *unstructured.Unstructured, owned []fieldpath.Path) (removed []fieldpath.Path, err error) {
 	desired := contentOf(local.Object)
 	var last, current map[string]any
 	if existing != nil {
@@ -68,6 +72,7 @@ func keepLocalEdits(local, existing *unstructured.Unstructured) (removed []field
 				// base is written again below.
 				last = nil
 			}
+			stripPaths(last, owned)
 		}
 	}
 	merged, removed := threeway.Merge(last, desired, current)
@@ -77,7 +82,7 @@ func keepLocalEdits(local, existing *unstructured.Unstructured) (removed []field
 	for k, v := range merged {
 		local.Object[k] = v
 	}
-	base, err := json.Marshal(desired)
+	base, err := withoutPaths(desired, owned)
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode the applied state: %w", err)
 	}
@@ -130,4 +135,18 @@ func pointer(p fieldpath.Path) string {
 		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(seg))
 	}
 	return b.String()
+}
+
+// withoutPaths is obj without paths, encoded (a copy: obj is not touched).
+func withoutPaths(obj map[string]any, paths []fieldpath.Path) ([]byte, error) {
+	data, err := json.Marshal(obj)
+	if err != nil || len(paths) == 0 {
+		return data, err
+	}
+	var out map[string]any
+	if err := utiljson.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	stripPaths(out, paths)
+	return json.Marshal(out)
 }

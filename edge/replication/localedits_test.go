@@ -145,3 +145,38 @@ func TestLocalEdits(t *testing.T) {
 		})
 	}
 }
+
+// TestKeepLocalEditsLeavesServiceOwnedPathsOut: a service-owned path is no
+// part of the base, so its absence from the desired state (the edge leaves
+// it out) is never taken for kcp removing it — even against a base
+// recorded before the path became service-owned.
+func TestKeepLocalEditsLeavesServiceOwnedPathsOut(t *testing.T) {
+	owned, _ := CompileServiceOwned([]string{"spec.replicas"})
+	existing := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"replicas": int64(5), "x": "local"}}}
+	existing.SetAnnotations(map[string]string{naming.AnnotationLastApplied: `{"spec":{"replicas":3,"x":"a"}}`})
+	local := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"x": "a"}}}
+	removed, err := keepLocalEdits(local, existing, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 0 {
+		t.Errorf("removed = %v, want nothing", removed)
+	}
+	if got := fmt.Sprint(local.Object["spec"]); got != "map[x:local]" {
+		t.Errorf("merged spec = %s, want the kept edit and no replicas", got)
+	}
+	if got := local.GetAnnotations()[naming.AnnotationLastApplied]; got != `{"spec":{"x":"a"}}` {
+		t.Errorf("base = %s", got)
+	}
+	// A new copy: created with kcp's value, the base without it.
+	local = &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"x": "a", "replicas": int64(3)}}}
+	if _, err := keepLocalEdits(local, nil, owned); err != nil {
+		t.Fatal(err)
+	}
+	if got := local.GetAnnotations()[naming.AnnotationLastApplied]; got != `{"spec":{"x":"a"}}` {
+		t.Errorf("base of a new copy = %s", got)
+	}
+	if r, _, _ := unstructured.NestedInt64(local.Object, "spec", "replicas"); r != 3 {
+		t.Errorf("new copy's replicas = %d, want kcp's 3", r)
+	}
+}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,9 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/test/framework"
 )
 
 // editLocal patches the local copy's spec as a person with kubectl edit
@@ -102,3 +105,88 @@ func TestLocalEdits(t *testing.T) {
 		t.Error(why)
 	}
 }
+
+// ownsField tells whether manager's managedFields entry on u covers
+// spec.<field>.
+func ownsField(u *unstructured.Unstructured, manager, field string) bool {
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager == manager && mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), `"f:`+field+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestServiceOwnedPaths: a path in spec.serviceOwnedPaths is set from kcp
+// when the copy is created and never applied again: the service's own
+// change (an autoscaler's) survives kcp changes and the drift repair, while
+// other fields keep syncing. Paths ferry cannot hand over are refused at
+// admission with a message saying what to write.
+func TestServiceOwnedPaths(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "serviceowned.example.com", "Mixer", "mixers", func(s *ferryv1alpha1.PublishedResourceSpec) {
+		s.ServiceOwnedPaths = []string{"spec.replicas"}
+	})
+
+	e.createRemote(t, "default", "m1", map[string]any{"fieldV1": "a", "replicas": int64(3)})
+	copy := e.waitLocal(t, "default", "m1", func(u *unstructured.Unstructured) (bool, string) {
+		r, _, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+		switch {
+		case r != 3:
+			return false, fmt.Sprintf("spec.replicas = %d", r)
+		case ownsField(u, edgeFieldManager, "replicas"):
+			return false, "the edge's field manager still owns spec.replicas"
+		case !ownsField(u, serviceOwnedFieldManager, "replicas"):
+			return false, "spec.replicas not handed over"
+		}
+		return true, ""
+	})
+
+	// The service scales the copy.
+	if _, err := e.local.Namespace(copy.GetNamespace()).Patch(ctx, copy.GetName(), types.MergePatchType,
+		[]byte(`{"spec":{"replicas":5}}`), metav1.PatchOptions{FieldManager: "autoscaler"}); err != nil {
+		t.Fatal(err)
+	}
+	// kcp changes replicas and another field: only the other one arrives.
+	e.patchRemote(t, "m1", `{"replicas":7,"fieldV1":"b"}`)
+	e.waitLocal(t, "default", "m1", specIs(map[string]string{"fieldV1": "b"}))
+	// The drift repair's resend (the scale moved the generation) leaves it.
+	time.Sleep(3 * time.Second)
+	got := e.waitLocal(t, "default", "m1", specIs(map[string]string{"fieldV1": "b"}))
+	if r, _, _ := unstructured.NestedInt64(got.Object, "spec", "replicas"); r != 5 {
+		t.Errorf("spec.replicas = %d, want the service's 5", r)
+	}
+
+	// Refused at admission.
+	dyn, err := dynamic.NewForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"metadata.labels", "metadata, status, apiVersion and kind cannot be owned by the service cluster"},
+		{"spec.ports.0.port", "a path cannot index into a list"},
+		{"spec..replicas", "without empty segments"},
+	} {
+		bad, err := framework.ToUnstructured(&ferryv1alpha1.PublishedResource{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "ferry.dev/v1alpha1", Kind: "PublishedResource"},
+			ObjectMeta: metav1.ObjectMeta{Name: "serviceowned-refused"},
+			Spec: ferryv1alpha1.PublishedResourceSpec{
+				Resource:          ferryv1alpha1.SourceResource{APIGroup: "serviceowned.example.com", Kind: "Mixer", Version: "v1"},
+				ServiceOwnedPaths: []string{tc.path},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = dyn.Resource(framework.PublishedResourceGVR).Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("serviceOwnedPaths [%s]: want a refusal saying %q, got %v", tc.path, tc.want, err)
+		}
+	}
+}
+
+// The edge's field managers (edge/replication).
+const (
+	edgeFieldManager         = "ferry-edge"
+	serviceOwnedFieldManager = "ferry-edge-service-owned"
+)
