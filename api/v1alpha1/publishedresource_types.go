@@ -148,6 +148,29 @@ type PublishedResourceSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !p.matches('^[.]?(metadata|status|apiVersion|kind)([.]|$)'))",message="spec.serviceOwnedPaths: metadata, status, apiVersion and kind cannot be owned by the service cluster; name a field of the object's content, such as spec.replicas"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !p.matches('(^|[.])[0-9]+([.]|$)'))",message="spec.serviceOwnedPaths: a path cannot index into a list (a list is one value); name the whole list instead, such as spec.ports"
 	ServiceOwnedPaths []string `json:"serviceOwnedPaths,omitempty"`
+
+	// ConsumerDeletionPolicy says whether a consumer may keep the local copy
+	// of a kcp object it deletes, by annotating the kcp object with
+	// ferry.dev/deletion-policy: Orphan before deleting it.
+	//
+	//   - Ignore (default): the annotation is ignored: the copy is deleted
+	//     as usual, and a Warning Event (DeletionPolicyIgnored) on the kcp
+	//     object tells the consumer so.
+	//   - Allow: the copy stays in the service cluster, no longer ferry's:
+	//     its ferry labels and annotations are removed and it is annotated
+	//     ferry.dev/orphaned-from (naming the kcp object); the broker then
+	//     releases its finalizer. Related copies ferry wrote next to it stay
+	//     too. ferry never writes or deletes the orphaned object again; a
+	//     new kcp object at the same name finds its place taken (a conflict).
+	//
+	// Ignore is the default because the copies are the service owner's
+	// resources: whether a consumer may leave one behind (still running,
+	// still billed) is the service owner's decision. The annotation only
+	// counts for a deletion in kcp; an object leaving spec.filter loses
+	// its copy whatever it says.
+	// +optional
+	// +kubebuilder:default=Ignore
+	ConsumerDeletionPolicy ConsumerDeletionPolicy `json:"consumerDeletionPolicy,omitempty"`
 }
 
 // DeletionPolicy is Orphan or Delete.

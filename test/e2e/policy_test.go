@@ -190,3 +190,92 @@ const (
 	edgeFieldManager         = "ferry-edge"
 	serviceOwnedFieldManager = "ferry-edge-service-owned"
 )
+
+// createRemoteAnnotated creates the kcp object default/name with the
+// consumer's deletion policy annotation.
+func (e *syncEnv) createRemoteAnnotated(t testing.TB, name, policy string) {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": e.remoteGVR.GroupVersion().String(), "kind": e.remoteKind,
+		"metadata": map[string]any{"name": name, "namespace": "default",
+			"annotations": map[string]any{ferryv1alpha1.AnnotationDeletionPolicy: policy}},
+		"spec": map[string]any{"fieldV1": "kept?"},
+	}}
+	if _, err := e.remote.Namespace("default").Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsumerDeletionPolicy: a consumer deleting a kcp object annotated
+// ferry.dev/deletion-policy: Orphan keeps its local copy (no longer
+// ferry's) when the PublishedResource allows it; when it does not
+// (consumerDeletionPolicy Ignore, the default), the copy is deleted and a
+// Warning Event on the kcp object says why.
+func TestConsumerDeletionPolicy(t *testing.T) {
+	ctx := context.Background()
+	envs := newSyncEnvs(t, "cdp",
+		publication{crd: testCRD("consumerdeletion.example.com", "Vault", "vaults", apiextensionsv1.NamespaceScoped, "v1"),
+			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
+				s.ConsumerDeletionPolicy = ferryv1alpha1.ConsumerDeletionAllow
+			}},
+		publication{crd: testCRD("consumerdeletion.example.com", "Locker", "lockers", apiextensionsv1.NamespaceScoped, "v1")})
+	allow, ignore := envs[0], envs[1]
+
+	// Allowed: the copy stays, unlabelled, annotated with its origin.
+	allow.createRemoteAnnotated(t, "v1", ferryv1alpha1.DeletionOrphan)
+	copy := allow.waitLocal(t, "default", "v1", specIs(map[string]string{"fieldV1": "kept?"}))
+	allow.waitFinalizer(t, "default", "v1", true)
+	allow.deleteRemoteAndWaitGone(t, "default", "v1")
+	got, err := allow.local.Namespace(copy.GetNamespace()).Get(ctx, copy.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the orphaned copy is gone: %v", err)
+	}
+	if got.GetUID() != copy.GetUID() {
+		t.Errorf("the orphaned copy was recreated (uid %s, was %s)", got.GetUID(), copy.GetUID())
+	}
+	for l := range got.GetLabels() {
+		if strings.HasPrefix(l, "ferry.dev/") {
+			t.Errorf("the orphaned copy keeps label %s", l)
+		}
+	}
+	if from := got.GetAnnotations()[ferryv1alpha1.AnnotationOrphanedFrom]; !strings.Contains(from, "default/v1") {
+		t.Errorf("%s = %q, want the kcp object named", ferryv1alpha1.AnnotationOrphanedFrom, from)
+	}
+	if v, _ := specField(got, "fieldV1"); v != "kept?" {
+		t.Errorf("the orphaned copy's spec.fieldV1 = %q", v)
+	}
+	// A new kcp object at the same name finds the place taken: the orphan
+	// is never overwritten.
+	allow.createRemote(t, "default", "v1", map[string]any{"fieldV1": "new"})
+	time.Sleep(5 * time.Second)
+	if again, err := allow.local.Namespace(copy.GetNamespace()).Get(ctx, copy.GetName(), metav1.GetOptions{}); err != nil {
+		t.Errorf("the orphan is gone after a new kcp object took its name: %v", err)
+	} else if v, _ := specField(again, "fieldV1"); v != "kept?" {
+		t.Errorf("the orphan was overwritten by a new kcp object: spec.fieldV1 = %q", v)
+	}
+	_ = allow.local.Namespace(copy.GetNamespace()).Delete(ctx, copy.GetName(), metav1.DeleteOptions{})
+
+	// Ignored: deleted, and the consumer is told.
+	ignore.createRemoteAnnotated(t, "l1", ferryv1alpha1.DeletionOrphan)
+	ignore.waitLocal(t, "default", "l1", specIs(map[string]string{"fieldV1": "kept?"}))
+	ignore.waitFinalizer(t, "default", "l1", true)
+	ignore.deleteRemoteAndWaitGone(t, "default", "l1")
+	ignore.waitNoLocalCopy(t, "default", "l1")
+	kube := ignore.consumerKube(t)
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		events, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name == "l1" && ev.Reason == "DeletionPolicyIgnored" && ev.Type == "Warning" &&
+				strings.Contains(ev.Message, "does not allow it") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none DeletionPolicyIgnored for l1", len(events.Items))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
