@@ -180,3 +180,33 @@ func TestKeepLocalEditsLeavesServiceOwnedPathsOut(t *testing.T) {
 		t.Errorf("new copy's replicas = %d, want kcp's 3", r)
 	}
 }
+
+// TestKeepLocalEditsAcrossARestart: the base is on the copy, so an engine
+// that did not apply the copy (a restarted edge) keeps an edit made before
+// it started, and still applies kcp's changes of other fields.
+func TestKeepLocalEditsAcrossARestart(t *testing.T) {
+	key, remote := remoteThing()
+	copy := localCopy(remote)
+	copy.SetUID("local-uid")
+	_ = unstructured.SetNestedField(copy.Object, "local", "spec", "x")
+	_ = unstructured.SetNestedField(copy.Object, "b", "spec", "y")
+	ann := copy.GetAnnotations()
+	ann[naming.AnnotationLastApplied] = `{"spec":{"x":"a","y":"b"}}`
+	copy.SetAnnotations(ann)
+	e, _, sink := testEngineWith(t, engineSetup{published: func(p *Published) { p.KeepLocalEdits = true }}, copy)
+	storeWrites(t, e)
+	e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
+		Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h2",
+			Object: []byte(`{"apiVersion":"kcp.example/v1","kind":"Thing","metadata":{"name":"a","namespace":"team"},"spec":{"x":"a","y":"c"}}`)}}})
+	runQueue(t, e)
+	if err := sink.msgs[len(sink.msgs)-1].GetIntentResult().GetError(); err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.opts.Dynamic.Resource(localGVR).Namespace(copy.GetNamespace()).Get(context.Background(), copy.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec := fmt.Sprint(u.Object["spec"]); spec != "map[x:local y:c]" {
+		t.Errorf("spec = %s, want the edit kept and kcp's change of y applied", spec)
+	}
+}
