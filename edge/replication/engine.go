@@ -604,20 +604,11 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		ann[naming.AnnotationShape] = pub.Shape
 	}
 	local.SetAnnotations(ann)
-	// Service-owned paths (serviceowned.go): a copy whose hand-over does
-	// not cover the current paths gets it first (never releasing a path
-	// before the edge's manager applies it again), then the edge's apply
-	// leaves them out. A new copy is created with kcp's values.
-	owned, handed := pub.ServiceOwned, ""
-	if existing != nil {
-		handed = existing.GetAnnotations()[AnnotationServiceOwned]
-		if handed != serviceOwnedValue(owned) {
-			all := union(parseServiceOwned(handed), owned)
-			if err := e.handOver(ctx, pub, existing, all, serviceOwnedValue(all)); err != nil {
-				return nack(in, classify(err), true, "%v", err)
-			}
-		}
-		stripPaths(local.Object, owned)
+	// Service-owned paths (serviceowned.go) are handed over on an existing
+	// copy whose hand-over does not cover them yet, and left out.
+	owned := pub.ServiceOwned
+	if err := e.serviceOwnedBefore(ctx, pub, existing, local); err != nil {
+		return nack(in, classify(err), true, "%v", err)
 	}
 	var removed []fieldpath.Path
 	if pub.KeepLocalEdits {
@@ -639,25 +630,8 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 			return nack(in, classify(err), true, "%v", err)
 		}
 	}
-	switch {
-	case existing == nil && len(owned) > 0:
-		// Created with kcp's values: handed over, then the edge's manager
-		// lets go of them. Should the edge stop in between, the next apply
-		// finds no hand-over on the copy and makes it first.
-		if err := e.handOver(ctx, pub, got, owned, serviceOwnedValue(owned)); err != nil {
-			return nack(in, classify(err), true, "%v", err)
-		}
-		stripPaths(local.Object, owned)
-		local.SetUID(got.GetUID())
-		if got, err = e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-			return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
-		}
-	case existing != nil && handed != serviceOwnedValue(owned) && serviceOwnedValue(union(parseServiceOwned(handed), owned)) != serviceOwnedValue(owned):
-		// Paths no longer service-owned, applied by the edge again: the
-		// hand-over lets go of them.
-		if err := e.handOver(ctx, pub, got, owned, serviceOwnedValue(owned)); err != nil {
-			return nack(in, classify(err), true, "%v", err)
-		}
+	if got, err = e.serviceOwnedAfter(ctx, pub, existing, local, got); err != nil {
+		return nack(in, classify(err), true, "%v", err)
 	}
 	e.record(k, hash, pub.Shape, ns, name, got.GetGeneration())
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}

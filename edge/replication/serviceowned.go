@@ -119,6 +119,57 @@ func (e *Engine) handOver(ctx context.Context, pub *Published, obj *unstructured
 	return nil
 }
 
+// serviceOwnedBefore prepares the apply of local over existing (nil for a
+// new copy): an existing copy whose hand-over does not cover the current
+// paths gets it first, with the paths it had too (none is let go before
+// the edge's manager applies it again), and local leaves the paths out. A
+// new copy is created with kcp's values (serviceOwnedAfter hands them over).
+func (e *Engine) serviceOwnedBefore(ctx context.Context, pub *Published, existing, local *unstructured.Unstructured) error {
+	if existing == nil {
+		return nil
+	}
+	if handed := existing.GetAnnotations()[AnnotationServiceOwned]; handed != serviceOwnedValue(pub.ServiceOwned) {
+		all := union(parseServiceOwned(handed), pub.ServiceOwned)
+		if err := e.handOver(ctx, pub, existing, all, serviceOwnedValue(all)); err != nil {
+			return err
+		}
+	}
+	stripPaths(local.Object, pub.ServiceOwned)
+	return nil
+}
+
+// serviceOwnedAfter finishes the apply of local that gave got: a new
+// copy's paths are handed over, then the edge's manager lets go of them
+// (should the edge stop in between, the next apply finds no hand-over and
+// makes it first); on an existing copy, paths no longer service-owned,
+// applied by the edge's manager again, are let go by the hand-over. It
+// returns the copy as last written.
+func (e *Engine) serviceOwnedAfter(ctx context.Context, pub *Published, existing, local, got *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	want := serviceOwnedValue(pub.ServiceOwned)
+	switch {
+	case existing == nil && len(pub.ServiceOwned) > 0:
+		if err := e.handOver(ctx, pub, got, pub.ServiceOwned, want); err != nil {
+			return nil, err
+		}
+		stripPaths(local.Object, pub.ServiceOwned)
+		local.SetUID(got.GetUID())
+		out, err := e.opts.Dynamic.Resource(pub.Local).Namespace(got.GetNamespace()).Apply(ctx, got.GetName(), local,
+			metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		if err != nil {
+			return nil, fmt.Errorf("the service cluster refused %s %s: %w", pub.LocalKind, nsName(got.GetNamespace(), got.GetName()), err)
+		}
+		return out, nil
+	case existing != nil:
+		handed := existing.GetAnnotations()[AnnotationServiceOwned]
+		if handed != want && serviceOwnedValue(union(parseServiceOwned(handed), pub.ServiceOwned)) != want {
+			if err := e.handOver(ctx, pub, got, pub.ServiceOwned, want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return got, nil
+}
+
 // union is a ∪ b, by path.
 func union(a, b []fieldpath.Path) []fieldpath.Path {
 	out := slices.Clone(a)
