@@ -104,6 +104,73 @@ type PublishedResourceSpec struct {
 	// +optional
 	// +kubebuilder:default=Orphan
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// LocalEdits says what becomes of an edit made in the service cluster
+	// to a field of a local copy that the kcp object sets (the spec, and
+	// every other field outside metadata and status).
+	//
+	//   - Repair (default): kcp wins at once. The edit is undone within
+	//     seconds; the copy always holds what kcp says.
+	//   - Keep: the edit survives until the kcp object changes that same
+	//     field; then kcp's new value wins (a field kcp removes is removed).
+	//     The edge keeps the state it last applied from kcp in the copy's
+	//     ferry.dev/last-applied annotation, as kubectl apply does, and
+	//     merges field by field (maps key by key; a list is one value).
+	//
+	// Repair is the default because the copy then never silently differs
+	// from what the consumer sees in kcp. Keep suits services whose
+	// operators tune copies by hand, or whose controllers write into the
+	// spec, at the price that kcp no longer tells the whole truth about a
+	// copy and that each copy carries its last applied state (objects whose
+	// state is too large for an annotation are repaired as with Repair).
+	// Labels and annotations that kcp sets are always re-applied.
+	// +optional
+	// +kubebuilder:default=Repair
+	LocalEdits LocalEditsPolicy `json:"localEdits,omitempty"`
+
+	// ServiceOwnedPaths are field paths of a local copy (the path syntax of
+	// mutations, e.g. spec.replicas) that the service cluster owns once the
+	// copy exists: ferry sets them from the kcp object when it creates the
+	// copy and never applies them again, so a change in kcp does not reach
+	// the copy and a local change (an autoscaler's) is never repaired. Use
+	// them for fields a controller of the service cluster manages, so ferry
+	// and that controller never fight over them. Default: none.
+	//
+	// A path names a field of the object's content: not metadata, status,
+	// apiVersion or kind, and not an element of a list (a list is one
+	// value: name the list). Removing a path hands it back to kcp: the next
+	// apply sets kcp's value again.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.all(p, p.matches('^[.]?[^.]+([.][^.]+)*$'))",message="spec.serviceOwnedPaths: every entry is a dot-separated field path without empty segments, such as spec.replicas"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !p.matches('^[.]?(metadata|status|apiVersion|kind)([.]|$)'))",message="spec.serviceOwnedPaths: metadata, status, apiVersion and kind cannot be owned by the service cluster; name a field of the object's content, such as spec.replicas"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !p.matches('(^|[.])[0-9]+([.]|$)'))",message="spec.serviceOwnedPaths: a path cannot index into a list (a list is one value); name the whole list instead, such as spec.ports"
+	ServiceOwnedPaths []string `json:"serviceOwnedPaths,omitempty"`
+
+	// ConsumerDeletionPolicy says whether a consumer may keep the local copy
+	// of a kcp object it deletes, by annotating the kcp object with
+	// ferry.dev/deletion-policy: Orphan before deleting it.
+	//
+	//   - Ignore (default): the annotation is ignored: the copy is deleted
+	//     as usual, and a Warning Event (DeletionPolicyIgnored) on the kcp
+	//     object tells the consumer so.
+	//   - Allow: the copy stays in the service cluster, no longer ferry's:
+	//     its ferry labels and annotations are removed and it is annotated
+	//     ferry.dev/orphaned-from (naming the kcp object); the broker then
+	//     releases its finalizer. Related copies ferry wrote next to it stay
+	//     too. ferry never writes or deletes the orphaned object again; a
+	//     new kcp object at the same name finds its place taken (a conflict).
+	//
+	// Ignore is the default because the copies are the service owner's
+	// resources: whether a consumer may leave one behind (still running,
+	// still billed) is the service owner's decision. The annotation only
+	// counts for a deletion in kcp; an object leaving spec.filter loses
+	// its copy whatever it says.
+	// +optional
+	// +kubebuilder:default=Ignore
+	ConsumerDeletionPolicy ConsumerDeletionPolicy `json:"consumerDeletionPolicy,omitempty"`
 }
 
 // DeletionPolicy is Orphan or Delete.

@@ -72,6 +72,7 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 		WorkspacePaths:    spec.EnableWorkspacePaths,
 		NamespaceSelector: nsSelector,
 		Related:           refs,
+		ConsumerOrphan:    spec.ConsumerOrphanAllowed(),
 	}, true, nil
 }
 

@@ -51,6 +51,9 @@ type Resource struct {
 	NamespaceSelector labels.Selector
 	// Related are the compiled spec.related entries.
 	Related []*related.Reference
+	// ConsumerOrphan honours the consumer's ferry.dev/deletion-policy:
+	// Orphan on deleted objects (spec.consumerDeletionPolicy Allow).
+	ConsumerOrphan bool
 }
 
 // Options configure a Manager. All fields are required unless they say

@@ -116,7 +116,12 @@ func (m *Manager) effects() *stepEffects {
 		resynced:            m.resyncedLocked,
 		forgetResync:        func(it item) { delete(m.resyncing, it) },
 		workspacePath:       m.workspacePath,
-		log:                 m.opts.Log,
+		warn: func(ctx context.Context, pr string, key *ferryv1.ObjectKey, reason, message string) {
+			if err := m.recordEvent(ctx, pr, key, "Warning", reason, message); err != nil {
+				m.opts.Log.Error(err, "cannot record an Event in kcp", logging.KeyObject, KeyString(key), "reason", reason)
+			}
+		},
+		log: m.opts.Log,
 	}
 }
 

@@ -80,7 +80,10 @@ func recordingEffects(t *testing.T, l *ledger, wsPath func(context.Context, stri
 		},
 		put: func(in *ferryv1.SyncIntent) {
 			op := "upsert"
-			if in.GetDelete() != nil {
+			switch {
+			case in.GetDelete().GetOrphan():
+				op = "orphan"
+			case in.GetDelete() != nil:
 				op = "delete"
 			}
 			add(false, "put "+op+" "+in.GetKey().GetUid())
@@ -92,9 +95,23 @@ func recordingEffects(t *testing.T, l *ledger, wsPath func(context.Context, stri
 		resynced:            func(_ item, unchanged bool) { add(true, fmt.Sprintf("resynced unchanged=%v", unchanged)) },
 		forgetResync:        func(item) { add(true, "forgetResync") },
 		workspacePath:       wsPath,
-		log:                 logr.Discard(),
+		warn: func(_ context.Context, _ string, key *ferryv1.ObjectKey, reason, _ string) {
+			add(false, "warn "+reason+" "+key.GetUid())
+		},
+		log: logr.Discard(),
 	}, &got
 }
+
+// annotated is obj with the consumer's deletion policy annotation.
+func annotated(obj *unstructured.Unstructured, policy string) *unstructured.Unstructured {
+	ann := obj.GetAnnotations()
+	ann["ferry.dev/deletion-policy"] = policy
+	obj.SetAnnotations(ann)
+	return obj
+}
+
+// allowOrphan is a PublishedResource with spec.consumerDeletionPolicy Allow.
+func allowOrphan(s *objectState) { s.res.ConsumerOrphan = true }
 
 func TestProcessSteps(t *testing.T) {
 	idOfUID := func(uid string) objectID { return idOf("pr", stepKey(uid)) }
@@ -189,6 +206,17 @@ func TestProcessSteps(t *testing.T) {
 		{name: "withdrawn and out of scope: the delete still flows", obj: inScopeThing,
 			state: func(s *objectState) { s.withdrawn = true; s.scope = outOfScope }, wantStep: "deleteAsked",
 			wantEffects: []string{"put delete u-a"}},
+		// the consumer's deletion policy (ferry.dev/deletion-policy)
+		{name: "deleted with Orphan, allowed: the copy is orphaned", obj: annotated(deletingThing("u-a", true), "Orphan"),
+			state: allowOrphan, wantStep: "deleteAsked", wantEffects: []string{"put orphan u-a"}},
+		{name: "deleted with Orphan, not allowed: deleted, and the consumer is told", obj: annotated(deletingThing("u-a", true), "Orphan"),
+			wantStep: "deleteAsked", wantEffects: []string{"warn DeletionPolicyIgnored u-a", "put delete u-a"}},
+		{name: "deleted with an unknown policy, allowed: deleted, and the consumer is told", obj: annotated(deletingThing("u-a", true), "orphan"),
+			state: allowOrphan, wantStep: "deleteAsked", wantEffects: []string{"warn DeletionPolicyIgnored u-a", "put delete u-a"}},
+		{name: "out of scope with Orphan, allowed: the copy is deleted (only a deletion in kcp counts)", obj: annotated(stepThing("u-a", 1, true), "Orphan"),
+			state: func(s *objectState) { allowOrphan(s); s.scope = outOfScope }, wantStep: "deleteAsked", wantEffects: []string{"put delete u-a"}},
+		{name: "deleted with Orphan, delete queued already: no second Event", obj: annotated(deletingThing("u-a", true), "Orphan"),
+			ledger: deleteQueued, wantStep: "deleteAsked"},
 		{name: "deleted but held until the inventory", obj: deletingThing("u-a", true), state: func(s *objectState) { s.open = false },
 			wantStep: "heldUntilInventory"},
 

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/logging"
 	"github.com/ferry-dev/ferry/pkg/objects"
 )
@@ -90,7 +91,10 @@ type stepEffects struct {
 	forgetResync func(item)
 	// workspacePath resolves a logical cluster's workspace path.
 	workspacePath func(ctx context.Context, cluster string) (string, error)
-	log           logr.Logger
+	// warn records a Warning Event on a primary in kcp (best effort: a
+	// failure is logged, never retried).
+	warn func(ctx context.Context, pr string, key *ferryv1.ObjectKey, reason, message string)
+	log  logr.Logger
 }
 
 // decision is one run of the steps over one object: its state and what
@@ -192,7 +196,7 @@ func stepHeldUntilInventory(_ context.Context, d *decision, _ *stepEffects) (boo
 // withdrawn), when it carries the finalizer or the ledger proves the edge
 // may hold its copy: the edge deletes it, confirms, and the finalizer is
 // released (Release, which accepts a confirmation by the same test).
-func stepDeleteAsked(_ context.Context, d *decision, fx *stepEffects) (bool, error) {
+func stepDeleteAsked(ctx context.Context, d *decision, fx *stepEffects) (bool, error) {
 	mayHold := func() (held bool) {
 		fx.withLedger(func(l *ledger) { held = l.mayHold(d.id) })
 		return held
@@ -204,9 +208,38 @@ func stepDeleteAsked(_ context.Context, d *decision, fx *stepEffects) (bool, err
 	var queue bool
 	fx.withLedger(func(l *ledger) { queue = l.deleteQueued(d.id, d.key) })
 	if queue {
-		fx.put(newIntent(d.it.pr, d.key, d.obj, &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}))
+		orphan, refusal := d.consumerOrphan()
+		if refusal != "" {
+			fx.warn(ctx, d.it.pr, d.key, reasonDeletionPolicyIgnored, refusal)
+		}
+		fx.put(newIntent(d.it.pr, d.key, d.obj, &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{Orphan: orphan}}))
 	}
 	return true, nil
+}
+
+// reasonDeletionPolicyIgnored is the Event reason telling a consumer its
+// deletion policy annotation was not honoured.
+const reasonDeletionPolicyIgnored = "DeletionPolicyIgnored"
+
+// consumerOrphan tells whether the copy of an object being deleted in kcp
+// is left in place (the consumer's annotation says Orphan and the
+// PublishedResource allows it), and otherwise, when the consumer asked for
+// something not honoured, why (for an Event on the object). Only a deletion
+// in kcp counts: an object leaving the filters loses its copy whatever it
+// says.
+func (d *decision) consumerOrphan() (orphan bool, refusal string) {
+	v, set := d.obj.GetAnnotations()[ferryv1alpha1.AnnotationDeletionPolicy]
+	switch {
+	case !set || !d.deleting():
+		return false, ""
+	case v != ferryv1alpha1.DeletionOrphan:
+		return false, fmt.Sprintf("%s: %q is not a deletion policy (the only one is %s); the local copy in the service cluster is deleted",
+			ferryv1alpha1.AnnotationDeletionPolicy, v, ferryv1alpha1.DeletionOrphan)
+	case !d.res.ConsumerOrphan:
+		return false, fmt.Sprintf("%s: %s is ignored: the service's PublishedResource %s does not allow it (spec.consumerDeletionPolicy is not Allow); the local copy in the service cluster is deleted",
+			ferryv1alpha1.AnnotationDeletionPolicy, v, d.it.pr)
+	}
+	return true, ""
 }
 
 // stepNotSynced ends an object that is not synced: being deleted or out of

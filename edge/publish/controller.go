@@ -268,6 +268,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonRelatedInvalid, err.Error(), nil)
 	}
+	serviceOwned, err := replication.CompileServiceOwned(pr.Spec.ServiceOwnedPaths)
+	if err != nil {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonServiceOwnedPathsInvalid, err.Error(), nil)
+	}
 
 	msg, err := newPublish(&pr, crd)
 	if err != nil {
@@ -301,7 +306,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// after the broker's answer, so the local copies are watched (and
 		// inventoried) early after a (re)connect.
 		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replication.Published{
-			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs,
+			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs, ServiceOwned: serviceOwned,
 			AllowExistingNamespaces: pr.Spec.Naming != nil && pr.Spec.Naming.AllowExistingNamespaces,
 		})
 	}
@@ -474,6 +479,8 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		Shape:         copyShape(pr, crd),
 
 		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
+		KeepLocalEdits:          pr.Spec.EffectiveLocalEdits() == ferryv1alpha1.LocalEditsKeep,
+		ServiceOwned:            compiled.ServiceOwned,
 	})
 }
 

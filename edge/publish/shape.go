@@ -11,7 +11,10 @@ import (
 )
 
 // copyShape identifies the settings of pr that shape a local copy beyond
-// its kcp object's content: spec mutations, naming and the local resource.
+// its kcp object's content: spec mutations, naming, the local resource and
+// whether local edits are kept (switching re-applies every copy: Repair
+// repairs the kept edits, Keep records its base) and the service-owned
+// paths (a changed set is handed over on every copy).
 // A copy applied under another shape is applied again (replica.Published.
 // Shape), so a changed mutation reaches existing copies, not only objects
 // that change in kcp later.
@@ -25,7 +28,11 @@ func copyShape(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomR
 		Naming    *ferryv1alpha1.ResourceNaming    `json:"n,omitempty"`
 		Group     string                           `json:"g"`
 		Kind      string                           `json:"k"`
-	}{spec, pr.Spec.Naming, crd.Spec.Group, crd.Spec.Names.Kind})
+		// Only when not the default, so copies of PublishedResources
+		// that do not set it keep their shape.
+		Keep         bool     `json:"keep,omitempty"`
+		ServiceOwned []string `json:"so,omitempty"`
+	}{spec, pr.Spec.Naming, crd.Spec.Group, crd.Spec.Names.Kind, pr.Spec.EffectiveLocalEdits() == ferryv1alpha1.LocalEditsKeep, pr.Spec.ServiceOwnedPaths})
 	if err != nil {
 		// Plain API types always marshal; an empty shape only costs a
 		// re-apply once they do again.

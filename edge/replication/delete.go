@@ -60,10 +60,14 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		return &ferryv1.IntentResult{Key: in.GetKey(), Version: in.GetVersion()}
 	}
 	// Marked deleting first: the related copies deleted here are not
-	// drift to repair (relatedGone).
+	// drift to repair (relatedGone), and a copy orphaned leaving the watch
+	// confirms the deletion (localGone).
 	e.mu.Lock()
 	e.ledger.deleteIssued(k, in.GetVersion())
 	e.mu.Unlock()
+	if in.GetDelete().GetOrphan() {
+		return e.orphan(ctx, in, w, existing)
+	}
 	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid()); err != nil {
 		e.mu.Lock()
 		e.ledger.deleteFailed(k)

@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/fieldpath"
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
@@ -603,6 +604,18 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		ann[naming.AnnotationShape] = pub.Shape
 	}
 	local.SetAnnotations(ann)
+	// Service-owned paths (serviceowned.go) are handed over on an existing
+	// copy whose hand-over does not cover them yet, and left out.
+	owned := pub.ServiceOwned
+	if err := e.serviceOwnedBefore(ctx, pub, existing, local); err != nil {
+		return nack(in, classify(err), true, "%v", err)
+	}
+	var removed []fieldpath.Path
+	if pub.KeepLocalEdits {
+		if removed, err = keepLocalEdits(local, existing, owned); err != nil {
+			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "%v", err)
+		}
+	}
 
 	local.SetUID(ownUID)
 	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
@@ -611,6 +624,14 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	}
 	if err != nil {
 		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
+	}
+	if len(removed) > 0 {
+		if got, err = e.removeFields(ctx, pub, got, removed); err != nil {
+			return nack(in, classify(err), true, "%v", err)
+		}
+	}
+	if got, err = e.serviceOwnedAfter(ctx, pub, existing, local, got); err != nil {
+		return nack(in, classify(err), true, "%v", err)
 	}
 	e.record(k, hash, pub.Shape, ns, name, got.GetGeneration())
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}

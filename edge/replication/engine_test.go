@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clientfeatures "k8s.io/client-go/features"
@@ -156,9 +157,29 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 		if sel == nil || sel.Empty() {
 			return true, w, nil
 		}
+		// As the API server does, an object this watch sent that leaves the
+		// selector is sent as deleted, in its last matching state. (Only
+		// the filter's goroutine uses seen.)
+		seen := map[string]runtime.Object{}
 		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
 			m, err := meta.Accessor(ev.Object)
-			return ev, err != nil || sel.Matches(labels.Set(m.GetLabels()))
+			if err != nil {
+				return ev, true
+			}
+			key := m.GetNamespace() + "/" + m.GetName()
+			if sel.Matches(labels.Set(m.GetLabels())) {
+				if ev.Type == watch.Deleted {
+					delete(seen, key)
+				} else {
+					seen[key] = ev.Object.DeepCopyObject()
+				}
+				return ev, true
+			}
+			if prev, ok := seen[key]; ok && ev.Type == watch.Modified {
+				delete(seen, key)
+				return watch.Event{Type: watch.Deleted, Object: prev}, true
+			}
+			return ev, false
 		}), nil
 	})
 	if setup.stalledWatch {
@@ -301,6 +322,9 @@ func storeApplies(t *testing.T, e *Engine) {
 	t.Helper()
 	fake := e.opts.Dynamic.(*dynamicfake.FakeDynamicClient)
 	fake.PrependReactor("patch", localGVR.Resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.PatchAction).GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil // other patches: the fake's own
+		}
 		u := &unstructured.Unstructured{}
 		if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &u.Object); err != nil {
 			return true, nil, err

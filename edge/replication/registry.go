@@ -3,6 +3,7 @@ package replication
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/ferry-dev/ferry/pkg/fieldpath"
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/related"
@@ -42,6 +43,13 @@ type Published struct {
 	// applied under another shape is applied again, though its kcp content
 	// did not change.
 	Shape string
+	// KeepLocalEdits keeps local edits of fields the kcp object sets until
+	// kcp changes them (spec.localEdits Keep, localedits.go); otherwise kcp
+	// wins at once.
+	KeepLocalEdits bool
+	// ServiceOwned are the paths ferry sets when it creates a copy and
+	// never applies again (spec.serviceOwnedPaths, serviceowned.go).
+	ServiceOwned []fieldpath.Path
 }
 
 // LocalGVK is the local group/version/kind.

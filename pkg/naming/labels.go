@@ -40,6 +40,11 @@ const (
 	// AnnotationShape identifies the PublishedResource settings the copy
 	// was last applied under (replica.Published.Shape).
 	AnnotationShape = "ferry.dev/shape"
+	// AnnotationLastApplied is the content (every field outside metadata
+	// and status) the edge last applied from kcp to a copy whose
+	// PublishedResource keeps local edits (spec.localEdits Keep): the base
+	// of the three-way merge that tells a local edit from a kcp change.
+	AnnotationLastApplied = "ferry.dev/last-applied"
 
 	// LabelRelatedTo, on a copy of a related object (on either side), is the
 	// kcp UID of its primary object; LabelRelatedIdentifier is the related[]

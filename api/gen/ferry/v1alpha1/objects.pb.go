@@ -581,7 +581,16 @@ func (x *UpsertIntent) GetContentHash() string {
 
 // DeleteIntent asks the edge to delete the local copy of an object.
 type DeleteIntent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional, set by the broker. The kcp object is deleted with the
+	// consumer's deletion policy Orphan (annotation ferry.dev/deletion-policy),
+	// which its PublishedResource allows (spec.consumerDeletionPolicy Allow):
+	// the edge leaves the local copy in place, no longer ferry's (its ferry
+	// labels and annotations removed, annotated ferry.dev/orphaned-from), and
+	// confirms the deletion once the copy left its watch. Only an edge whose
+	// PublishedResource says Allow sends a spec with it, so an edge that does
+	// not know this field never receives it set.
+	Orphan        bool `protobuf:"varint,1,opt,name=orphan,proto3" json:"orphan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -614,6 +623,13 @@ func (x *DeleteIntent) ProtoReflect() protoreflect.Message {
 // Deprecated: Use DeleteIntent.ProtoReflect.Descriptor instead.
 func (*DeleteIntent) Descriptor() ([]byte, []int) {
 	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DeleteIntent) GetOrphan() bool {
+	if x != nil {
+		return x.Orphan
+	}
+	return false
 }
 
 // ApplyError describes a failed intent. It becomes an Event and a condition
@@ -1777,8 +1793,9 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\fUpsertIntent\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\fR\x06object\x12%\n" +
 	"\x0eworkspace_path\x18\x02 \x01(\tR\rworkspacePath\x12!\n" +
-	"\fcontent_hash\x18\x03 \x01(\tR\vcontentHash\"\x0e\n" +
-	"\fDeleteIntent\"~\n" +
+	"\fcontent_hash\x18\x03 \x01(\tR\vcontentHash\"&\n" +
+	"\fDeleteIntent\x12\x16\n" +
+	"\x06orphan\x18\x01 \x01(\bR\x06orphan\"~\n" +
 	"\n" +
 	"ApplyError\x128\n" +
 	"\x06reason\x18\x01 \x01(\x0e2 .ferry.v1alpha1.ApplyErrorReasonR\x06reason\x12\x18\n" +
