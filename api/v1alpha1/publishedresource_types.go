@@ -332,7 +332,8 @@ type RegexReplacement struct {
 	// Pattern to match; empty replaces the whole value.
 	// +optional
 	Pattern string `json:"pattern,omitempty"`
-	// Replacement, which may refer to groups as $1.
+	// Replacement, which may refer to groups as $1 or ${1} (Go) or as \1
+	// (the seeds' and api-syncagent's spelling; \\ is a literal backslash).
 	// +optional
 	Replacement string `json:"replacement,omitempty"`
 }
@@ -386,7 +387,8 @@ type RegexMutation struct {
 	// Pattern to match; empty replaces the whole value.
 	// +optional
 	Pattern string `json:"pattern,omitempty"`
-	// Replacement, which may refer to groups as $1.
+	// Replacement, which may refer to groups as $1 or ${1} (Go) or as \1
+	// (the seeds' and api-syncagent's spelling; \\ is a literal backslash).
 	// +optional
 	Replacement string `json:"replacement,omitempty"`
 }

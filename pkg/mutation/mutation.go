@@ -20,6 +20,7 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
+	"github.com/ferry-dev/ferry/pkg/replacement"
 )
 
 // Objects are what templates and CEL expressions can read besides the
@@ -119,22 +120,25 @@ func compileStep(name string, mut ferryv1alpha1.ResourceMutation) (step, error) 
 
 // compileRegex rewrites the string at path; an empty pattern sets the
 // replacement as a static value (the path need not exist then).
-func compileRegex(name string, path fieldpath.Path, pattern, replacement string) (step, error) {
+func compileRegex(name string, path fieldpath.Path, pattern, repl string) (step, error) {
 	if pattern == "" {
+		// A static value is not a regex replacement: it is set as written.
 		return step{name: name, path: path, apply: func(obj map[string]any, p fieldpath.Path, _ Objects) error {
-			return p.Set(obj, replacement)
+			return p.Set(obj, repl)
 		}}, nil
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return step{}, fmt.Errorf("%s.pattern: %w", name, err)
 	}
+	// \1 (the ancestors' spelling) and $1 (Go's) both refer to groups.
+	expanded := replacement.Expand(repl)
 	return step{name: name, path: path, apply: func(obj map[string]any, p fieldpath.Path, _ Objects) error {
 		v, err := p.GetString(obj)
 		if err != nil {
 			return err
 		}
-		return p.Set(obj, re.ReplaceAllString(v, replacement))
+		return p.Set(obj, re.ReplaceAllString(v, expanded))
 	}}, nil
 }
 

@@ -34,6 +34,11 @@ func TestApply(t *testing.T) {
 			check: map[string]any{"secretName": "local-db1"},
 		},
 		{
+			name:  "regex replacement written as the ancestors do (\\1)",
+			muts:  []ferryv1alpha1.ResourceMutation{{Regex: &ferryv1alpha1.RegexMutation{Path: "spec.secretName", Pattern: "^(.*)-creds$", Replacement: `local-\1`}}},
+			check: map[string]any{"secretName": "local-db1"},
+		},
+		{
 			name:  "regex with empty pattern injects a static value",
 			muts:  []ferryv1alpha1.ResourceMutation{{Regex: &ferryv1alpha1.RegexMutation{Path: "spec.region", Replacement: "eu-west"}}},
 			check: map[string]any{"region": "eu-west"},

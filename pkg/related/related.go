@@ -17,6 +17,7 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
+	"github.com/ferry-dev/ferry/pkg/replacement"
 )
 
 // Reference is one compiled related[] entry.
@@ -113,6 +114,7 @@ func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, err
 	}
 	loc.replacement = l.Regex.Replacement
 	if l.Regex.Pattern == "" {
+		// A static value is not a regex replacement: it is used as written.
 		if l.Regex.Replacement == "" {
 			return locator{}, fmt.Errorf("%s.regex: an empty pattern needs a replacement (the static value)", field)
 		}
@@ -122,6 +124,7 @@ func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, err
 	if loc.re, err = regexp.Compile(l.Regex.Pattern); err != nil {
 		return locator{}, fmt.Errorf("%s.regex.pattern: %w", field, err)
 	}
+	loc.replacement = replacement.Expand(l.Regex.Replacement)
 	return loc, nil
 }
 
