@@ -262,15 +262,28 @@ type ResourceFilter struct {
 	Resource *metav1.LabelSelector `json:"resource,omitempty"`
 }
 
-// RelatedResourceOrigin tells on which side a related object is created.
-// +kubebuilder:validation:Enum=service;kcp
+// RelatedResourceOrigin tells on which side a related object is created:
+// "service" or "kcp". "platform", the seeds' word for kcp, is accepted as
+// written and means kcp; compare origins through Normalized.
+// +kubebuilder:validation:Enum=service;kcp;platform
 type RelatedResourceOrigin string
 
 // Related resource origins.
 const (
 	OriginService RelatedResourceOrigin = "service"
 	OriginKCP     RelatedResourceOrigin = "kcp"
+	// OriginPlatform is the seeds' spelling of OriginKCP.
+	OriginPlatform RelatedResourceOrigin = "platform"
 )
+
+// Normalized returns the origin in ferry's spelling: platform becomes kcp;
+// anything else is returned unchanged (and refused where it is compiled).
+func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
+	if o == OriginPlatform {
+		return OriginKCP
+	}
+	return o
+}
 
 // RelatedResourceSpec describes one kind of related object.
 type RelatedResourceSpec struct {
@@ -281,7 +294,8 @@ type RelatedResourceSpec struct {
 	Identifier string `json:"identifier"`
 
 	// Origin is the side where the object is created: "service" (synced up
-	// into kcp) or "kcp" (synced down).
+	// into kcp) or "kcp" (synced down); "platform" (the seeds' word) means
+	// kcp.
 	// +required
 	Origin RelatedResourceOrigin `json:"origin"`
 

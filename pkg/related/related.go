@@ -24,7 +24,8 @@ import (
 type Reference struct {
 	// Identifier is the entry's identifier.
 	Identifier string
-	// Origin is the side that owns the object.
+	// Origin is the side that owns the object: OriginService or OriginKCP,
+	// never the alias OriginPlatform.
 	Origin ferryv1alpha1.RelatedResourceOrigin
 	// Kind is the related object's group/version/kind (version defaults to v1).
 	Kind schema.GroupVersionKind
@@ -75,7 +76,10 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	if errs := validation.IsDNS1123Label(s.Identifier); len(errs) > 0 {
 		return nil, fmt.Errorf("identifier %q: %s", s.Identifier, strings.Join(errs, "; "))
 	}
-	if s.Origin != ferryv1alpha1.OriginService && s.Origin != ferryv1alpha1.OriginKCP {
+	// The compiled entry carries the normalized origin, so everything that
+	// compares Reference.Origin sees kcp for the seeds' "platform".
+	origin := s.Origin.Normalized()
+	if origin != ferryv1alpha1.OriginService && origin != ferryv1alpha1.OriginKCP {
 		return nil, fmt.Errorf("origin %q: must be %q or %q", s.Origin, ferryv1alpha1.OriginService, ferryv1alpha1.OriginKCP)
 	}
 	if s.Kind == "" {
@@ -87,7 +91,7 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
 	plural, _ := meta.UnsafeGuessKindToResource(gvk)
-	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk, Resource: plural}
+	ref := &Reference{Identifier: s.Identifier, Origin: origin, Kind: gvk, Resource: plural}
 	name, err := compileLocator("reference.name", s.Reference.Name)
 	if err != nil {
 		return nil, err

@@ -110,8 +110,8 @@ func TestCompileErrors(t *testing.T) {
 		}, wantErr: "an empty pattern needs a replacement"},
 		{name: "empty path segment", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Reference.Name.Path = "spec..name" },
 			wantErr: "reference.name.path"},
-		{name: "bad origin", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin = "platform" },
-			wantErr: `origin "platform"`},
+		{name: "bad origin", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin = "cloud" },
+			wantErr: `origin "cloud"`},
 		{name: "bad identifier", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Identifier = "Creds" },
 			wantErr: `identifier "Creds"`},
 		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "kind is required"},
@@ -128,6 +128,26 @@ func TestCompileErrors(t *testing.T) {
 	}
 	if _, err := Compile([]ferryv1alpha1.RelatedResourceSpec{good, good}); err == nil || !strings.Contains(err.Error(), "not unique") {
 		t.Errorf("duplicate identifiers: error = %v", err)
+	}
+}
+
+// TestOriginPlatform: the seeds' "platform" is kcp, and the compiled entry
+// says kcp, so every comparison of Reference.Origin treats it as kcp.
+func TestOriginPlatform(t *testing.T) {
+	for _, origin := range []ferryv1alpha1.RelatedResourceOrigin{"platform", "kcp", "service"} {
+		s := spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}, nil)
+		s.Origin = origin
+		refs, err := Compile([]ferryv1alpha1.RelatedResourceSpec{s})
+		if err != nil {
+			t.Fatalf("origin %s: %v", origin, err)
+		}
+		want := origin
+		if origin == "platform" {
+			want = ferryv1alpha1.OriginKCP
+		}
+		if refs[0].Origin != want {
+			t.Errorf("origin %s compiles to %s, want %s", origin, refs[0].Origin, want)
+		}
 	}
 }
 
