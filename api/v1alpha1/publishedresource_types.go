@@ -252,16 +252,6 @@ type ResourceNaming struct {
 	AllowNameCollisions bool `json:"allowNameCollisions,omitempty"`
 }
 
-// ResourceFilter selects kcp objects by labels.
-type ResourceFilter struct {
-	// Namespace selects by the labels of the object's namespace in kcp.
-	// +optional
-	Namespace *metav1.LabelSelector `json:"namespace,omitempty"`
-	// Resource selects by the object's own labels.
-	// +optional
-	Resource *metav1.LabelSelector `json:"resource,omitempty"`
-}
-
 // RelatedResourceOrigin tells on which side a related object is created:
 // "service" or "kcp". "platform", the seeds' word for kcp, is accepted as
 // written and means kcp; compare origins through Normalized.
@@ -483,8 +473,11 @@ const (
 	ReasonNamingInvalid     = "NamingInvalid"
 	ReasonMutationInvalid   = "MutationInvalid"
 	ReasonRelatedInvalid    = "RelatedInvalid"
-	ReasonWatching          = "Watching"
-	ReasonLocalWatchFailed  = "LocalWatchFailed"
+	// ReasonFilterInvalid: spec.filter cannot be used (e.g. filter.namespace
+	// is neither a namespace name nor a label selector).
+	ReasonFilterInvalid    = "FilterInvalid"
+	ReasonWatching         = "Watching"
+	ReasonLocalWatchFailed = "LocalWatchFailed"
 	// ReasonProjectionChanged: the projection now yields another served
 	// resource than the one published (status.servedResource). The edge
 	// keeps syncing the published one and does not publish the change

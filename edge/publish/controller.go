@@ -239,6 +239,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				winner, proj.Resource.Resource), nil)
 	}
 
+	if pr.Spec.Filter != nil {
+		// Admission cannot check filter.namespace's type (a string or a
+		// selector, see NamespaceFilter): refused here instead.
+		if err := pr.Spec.Filter.Namespace.Validate(); err != nil {
+			r.withdraw(pr.Name)
+			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonFilterInvalid, err.Error(), nil)
+		}
+	}
+
 	rules, err := naming.Compile(pr.Spec.Naming)
 	if err != nil {
 		r.withdraw(pr.Name)

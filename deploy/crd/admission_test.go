@@ -1,0 +1,74 @@
+package crd
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"sigs.k8s.io/yaml"
+)
+
+// admit evaluates the CRD's CEL rules on the creation of a PublishedResource
+// with the given spec (YAML), the way the API server does; it returns the
+// errors' messages.
+func admit(t *testing.T, specYAML string) []string {
+	t.Helper()
+	crd := publishedResourceCRD(t)
+	structural, err := schema.NewStructural(crd.Spec.Validation.OpenAPIV3Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	if err := yaml.Unmarshal([]byte(specYAML), &spec); err != nil {
+		t.Fatalf("bad test spec: %v", err)
+	}
+	obj := map[string]any{
+		"apiVersion": "ferry.dev/v1alpha1", "kind": "PublishedResource",
+		"metadata": map[string]any{"name": "x"},
+		"spec":     spec,
+	}
+	errs, _ := cel.NewValidator(structural, true, celconfig.PerCallLimit).
+		Validate(context.Background(), field.NewPath(""), structural, obj, nil, celconfig.RuntimeCELCostBudget)
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// TestAdmissionOfAncestorSpellings: the spellings of the seeds and of
+// api-syncagent pass the CRD's rules, and what ferry cannot honour is
+// refused with a message saying what to write instead.
+func TestAdmissionOfAncestorSpellings(t *testing.T) {
+	const resource = "resource: {apiGroup: example.com, version: v1, kind: Widget}\n"
+	cases := []struct {
+		name string
+		spec string
+		// want is a part of the one expected refusal; empty: accepted.
+		want string
+	}{
+		{name: "filter.namespace as a name (seeds)", spec: resource + "filter: {namespace: my-app}"},
+		{name: "filter.namespace as a selector", spec: resource + "filter: {namespace: {matchLabels: {env: prod}}}"},
+		// Other values of filter.namespace (a number, a bad name) pass
+		// admission — the API server allows no rule on a typeless field —
+		// and are refused on the condition (NamespaceFilter.Validate).
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := admit(t, tc.spec)
+			if tc.want == "" {
+				if len(errs) > 0 {
+					t.Fatalf("refused: %v", errs)
+				}
+				return
+			}
+			if len(errs) != 1 || !strings.Contains(errs[0], tc.want) {
+				t.Fatalf("errors %q, want one containing %q", errs, tc.want)
+			}
+		})
+	}
+}
