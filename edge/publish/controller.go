@@ -38,6 +38,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Field indexes: CRDs and PublishedResources by "group/kind".
@@ -253,6 +254,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
 	}
+	// Templates are tried on a sample object of the kind: one naming data
+	// the model lacks would fail on every object, so it is refused here.
+	sampleVersion := pr.Spec.Resource.Version
+	if sampleVersion == "" && len(pr.Spec.Resource.Versions) > 0 {
+		sampleVersion = pr.Spec.Resource.Versions[0]
+	}
+	sampleAPIVersion, namespaced := crd.Spec.Group+"/"+sampleVersion, crd.Spec.Scope == apiextensionsv1.NamespaceScoped
+	sample := templating.SampleData(sampleAPIVersion, crd.Spec.Names.Kind, namespaced)
+	if err := rules.Check(sampleAPIVersion, crd.Spec.Names.Kind, namespaced); err != nil {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
+	}
 	if msg := namingCollisionRefusal(pr.Spec.Naming, rules, crd.Spec.Scope == apiextensionsv1.NamespaceScoped); msg != "" {
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, msg, nil)
@@ -266,6 +279,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var statusMutator *mutation.Mutator
 	if err == nil {
 		statusMutator, err = mutation.Compile("spec.mutation.status", statusMuts)
+	}
+	if err == nil {
+		err = errors.Join(specMutator.Check(sample), statusMutator.Check(sample))
 	}
 	if err != nil {
 		r.withdraw(pr.Name)
