@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -64,11 +66,12 @@ type PublishedResourceSpec struct {
 	Filter *ResourceFilter `json:"filter,omitempty"`
 
 	// Related lists objects that belong to each published object and are
-	// synced along with it (e.g. a Secret with credentials).
+	// synced along with it (e.g. a Secret with credentials). Every entry's
+	// identifier (set, or derived from its kind) is unique.
 	// +optional
-	// +listType=map
-	// +listMapKey=identifier
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, (has(b.identifier) ? b.identifier : b.kind.lowerAscii()) == (has(a.identifier) ? a.identifier : a.kind.lowerAscii())))",message="two spec.related entries have the same identifier (an unset identifier is the kind in lowercase, e.g. secret): set identifier on the entries of the same kind so that each is different"
 	Related []RelatedResourceSpec `json:"related,omitempty"`
 
 	// Mutation rewrites objects on their way between kcp and the service
@@ -277,11 +280,14 @@ func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
 
 // RelatedResourceSpec describes one kind of related object.
 type RelatedResourceSpec struct {
-	// Identifier names the entry, unique within the PublishedResource.
-	// +required
+	// Identifier names the entry, unique within the PublishedResource; it
+	// labels the related copies. Default: the kind in lowercase (e.g.
+	// "secret"), as the seeds' examples leave it out; two entries of one
+	// kind must set it.
+	// +optional
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
-	Identifier string `json:"identifier"`
+	Identifier string `json:"identifier,omitempty"`
 
 	// Origin is the side where the object is created: "service" (synced up
 	// into kcp) or "kcp" (synced down); "platform" (the seeds' word) means
@@ -292,6 +298,7 @@ type RelatedResourceSpec struct {
 	// Kind of the related object, e.g. Secret or ConfigMap.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
 	Kind string `json:"kind"`
 
 	// Group of the related object; empty for the core group.
@@ -305,6 +312,15 @@ type RelatedResourceSpec struct {
 	// Reference locates the related object from the primary object.
 	// +required
 	Reference RelatedResourceReference `json:"reference"`
+}
+
+// EffectiveIdentifier is the identifier, or its default: the kind in
+// lowercase.
+func (s *RelatedResourceSpec) EffectiveIdentifier() string {
+	if s.Identifier != "" {
+		return s.Identifier
+	}
+	return strings.ToLower(s.Kind)
 }
 
 // RelatedResourceReference locates a related object by paths evaluated on

@@ -53,6 +53,18 @@ func TestAdmissionOfAncestorSpellings(t *testing.T) {
 	}{
 		{name: "filter.namespace as a name (seeds)", spec: resource + "filter: {namespace: my-app}"},
 		{name: "filter.namespace as a selector", spec: resource + "filter: {namespace: {matchLabels: {env: prod}}}"},
+		{name: "related entry without identifier (seeds' cert-manager example)", spec: resource +
+			"related: [{origin: service, kind: Secret, reference: {name: {path: spec.secretName}}}]"},
+		{name: "related entries of two kinds without identifier", spec: resource +
+			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {origin: platform, kind: ConfigMap, reference: {name: {path: b}}}]"},
+		{name: "two related entries of one kind without identifier", spec: resource +
+			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {origin: kcp, kind: Secret, reference: {name: {path: b}}}]",
+			want: "two spec.related entries have the same identifier (an unset identifier is the kind in lowercase, e.g. secret): set identifier"},
+		{name: "an identifier equal to another entry's default", spec: resource +
+			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {identifier: secret, origin: kcp, kind: ConfigMap, reference: {name: {path: b}}}]",
+			want: "set identifier on the entries of the same kind"},
+		{name: "two entries of one kind with identifiers", spec: resource +
+			"related: [{identifier: a, origin: service, kind: Secret, reference: {name: {path: a}}}, {identifier: b, origin: kcp, kind: Secret, reference: {name: {path: b}}}]"},
 		// Other values of filter.namespace (a number, a bad name) pass
 		// admission — the API server allows no rule on a typeless field —
 		// and are refused on the condition (NamespaceFilter.Validate).

@@ -22,7 +22,8 @@ import (
 
 // Reference is one compiled related[] entry.
 type Reference struct {
-	// Identifier is the entry's identifier.
+	// Identifier is the entry's effective identifier (set, or derived from
+	// its kind): the key every engine uses for the entry.
 	Identifier string
 	// Origin is the side that owns the object: OriginService or OriginKCP,
 	// never the alias OriginPlatform.
@@ -53,28 +54,41 @@ type locator struct {
 // fault.
 func Compile(specs []ferryv1alpha1.RelatedResourceSpec) ([]*Reference, error) {
 	out := make([]*Reference, 0, len(specs))
-	seen := map[string]bool{}
-	for i, s := range specs {
+	seen := map[string]int{} // effective identifier → index
+	for i := range specs {
+		s := &specs[i]
+		id := s.EffectiveIdentifier()
 		where := fmt.Sprintf("spec.related[%d]", i)
-		if s.Identifier != "" {
-			where = fmt.Sprintf("spec.related[%s]", s.Identifier)
+		if id != "" {
+			where = fmt.Sprintf("spec.related[%s]", id)
 		}
 		ref, err := compileOne(s)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		if seen[ref.Identifier] {
-			return nil, fmt.Errorf("%s: identifier is not unique", where)
+		if j, dup := seen[id]; dup {
+			return nil, fmt.Errorf("spec.related[%d] (%s) and spec.related[%d] (%s) both have the identifier %q: set identifier on them so that each is different",
+				j, describeEntry(&specs[j]), i, describeEntry(s), id)
 		}
-		seen[ref.Identifier] = true
+		seen[id] = i
 		out = append(out, ref)
 	}
 	return out, nil
 }
 
-func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
-	if errs := validation.IsDNS1123Label(s.Identifier); len(errs) > 0 {
-		return nil, fmt.Errorf("identifier %q: %s", s.Identifier, strings.Join(errs, "; "))
+// describeEntry names an entry for a refusal: its kind, and whether its
+// identifier is set or the default.
+func describeEntry(s *ferryv1alpha1.RelatedResourceSpec) string {
+	if s.Identifier != "" {
+		return "kind " + s.Kind + ", identifier set"
+	}
+	return "kind " + s.Kind + ", identifier by default"
+}
+
+func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
+	id := s.EffectiveIdentifier()
+	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
+		return nil, fmt.Errorf("identifier %q: %s", id, strings.Join(errs, "; "))
 	}
 	// The compiled entry carries the normalized origin, so everything that
 	// compares Reference.Origin sees kcp for the seeds' "platform".
@@ -91,7 +105,7 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
 	plural, _ := meta.UnsafeGuessKindToResource(gvk)
-	ref := &Reference{Identifier: s.Identifier, Origin: origin, Kind: gvk, Resource: plural}
+	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Resource: plural}
 	name, err := compileLocator("reference.name", s.Reference.Name)
 	if err != nil {
 		return nil, err

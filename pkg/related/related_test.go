@@ -126,8 +126,29 @@ func TestCompileErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Compile([]ferryv1alpha1.RelatedResourceSpec{good, good}); err == nil || !strings.Contains(err.Error(), "not unique") {
+	if _, err := Compile([]ferryv1alpha1.RelatedResourceSpec{good, good}); err == nil || !strings.Contains(err.Error(), `spec.related[0] (kind Secret, identifier set) and spec.related[1] (kind Secret, identifier set) both have the identifier "creds": set identifier`) {
 		t.Errorf("duplicate identifiers: error = %v", err)
+	}
+}
+
+// TestDefaultIdentifier: an entry without identifier (the seeds'
+// cert-manager example) is keyed by its kind in lowercase; two such entries
+// of one kind are refused naming both.
+func TestDefaultIdentifier(t *testing.T) {
+	s := spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}, nil)
+	s.Identifier = ""
+	refs, err := Compile([]ferryv1alpha1.RelatedResourceSpec{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs[0].Identifier != "secret" {
+		t.Errorf("identifier %q, want secret", refs[0].Identifier)
+	}
+	named := spec(ferryv1alpha1.ResourceLocator{Path: "spec.other"}, nil)
+	named.Identifier = "secret"
+	_, err = Compile([]ferryv1alpha1.RelatedResourceSpec{s, named})
+	if err == nil || !strings.Contains(err.Error(), `spec.related[0] (kind Secret, identifier by default) and spec.related[1] (kind Secret, identifier set) both have the identifier "secret": set identifier on them`) {
+		t.Errorf("duplicate default identifier: %v", err)
 	}
 }
 
