@@ -138,15 +138,17 @@ func (s *PublishedResourceSpec) SyncDisabled() bool {
 }
 
 // SourceResource names a CRD on the service cluster and the versions to
-// publish. Exactly one of version and versions is set.
-// +kubebuilder:validation:XValidation:rule="has(self.version) != has(self.versions)",message="exactly one of version and versions must be set"
+// publish: version, versions, or neither — then every version the CRD
+// serves (as api-syncagent does).
+// +kubebuilder:validation:XValidation:rule="!(has(self.version) && has(self.versions))",message="set at most one of version and versions (neither publishes every version the CRD serves)"
 type SourceResource struct {
 	// APIGroup of the CRD, e.g. "cert-manager.io".
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	APIGroup string `json:"apiGroup"`
 
-	// Version publishes a single version, e.g. "v1".
+	// Version publishes a single version, e.g. "v1". Neither version nor
+	// versions: every served version.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	Version string `json:"version,omitempty"`
@@ -194,11 +196,27 @@ type ResourceProjection struct {
 	// +kubebuilder:validation:MaxLength=63
 	Kind string `json:"kind,omitempty"`
 
-	// Plural resource name in kcp; a lowercase DNS label.
+	// Plural resource name in kcp; a lowercase DNS label (kcp serves no
+	// other).
 	// +optional
-	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",messageExpression="self.lowerAscii().matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') ? 'kcp serves only lowercase resource names: write ' + self.lowerAscii() : 'projection.plural must be a lowercase DNS label (letters, digits and -, starting with a letter), e.g. ' + self.lowerAscii().replace('_', '-').replace('.', '-')"
 	Plural string `json:"plural,omitempty"`
+
+	// Group is not supported: ferry serves every published resource in the
+	// APIExport's group (the APIExport's name). It is in the schema so that
+	// a document setting it (api-syncagent's projection.group) is refused
+	// with that message instead of the field being dropped silently.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="false",message="projection.group is not supported: ferry serves every published resource in the API group of the APIExport (its name); remove projection.group"
+	Group string `json:"group,omitempty"`
+
+	// APIGroup is not supported, like Group (the seeds' spelling).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="false",message="projection.apiGroup is not supported: ferry serves every published resource in the API group of the APIExport (its name); remove projection.apiGroup"
+	APIGroup string `json:"apiGroup,omitempty"`
 
 	// ShortNames replace the CRD's short names; an empty list removes them,
 	// null or absent keeps them.
@@ -376,7 +394,7 @@ type ResourceMutationSpec struct {
 }
 
 // ResourceMutation is one mutation step: exactly one field is set.
-// +kubebuilder:validation:XValidation:rule="(has(self.delete) ? 1 : 0) + (has(self.regex) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.cel) ? 1 : 0) == 1",message="a mutation sets exactly one of delete, regex, template and cel"
+// +kubebuilder:validation:XValidation:rule="has(self.rudi) || (has(self.delete) ? 1 : 0) + (has(self.regex) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.cel) ? 1 : 0) == 1",message="a mutation sets exactly one of delete, regex, template and cel"
 type ResourceMutation struct {
 	// Delete removes the field at Path.
 	// +optional
@@ -390,6 +408,19 @@ type ResourceMutation struct {
 	// CEL sets Path to a CEL expression's value.
 	// +optional
 	CEL *CELMutation `json:"cel,omitempty"`
+	// Rudi is not supported (the seeds' Rudi scripts): it is in the schema
+	// so that a document using it is refused with what to write instead.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="false",message="Rudi is not supported: write it as cel (a cel mutation with path and expression, e.g. path: metadata.name, expression: object.metadata.name + '-foo')"
+	Rudi *RudiMutation `json:"rudi,omitempty"`
+}
+
+// RudiMutation is the seeds' Rudi script step, refused at admission.
+type RudiMutation struct {
+	// Script is the Rudi program.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Script string `json:"script,omitempty"`
 }
 
 // DeleteMutation removes a field.

@@ -63,7 +63,7 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 	if err != nil {
 		return r, false, err
 	}
-	versions := projection.SelectedVersions(&spec.Resource)
+	versions := projection.SelectedVersions(&spec.Resource, &crd)
 	hasStatus := true
 	for _, v := range crd.Spec.Versions {
 		if slices.Contains(versions, v.Name) && (v.Subresources == nil || v.Subresources.Status == nil) {

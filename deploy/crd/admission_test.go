@@ -65,6 +65,24 @@ func TestAdmissionOfAncestorSpellings(t *testing.T) {
 			want: "set identifier on the entries of the same kind"},
 		{name: "two entries of one kind with identifiers", spec: resource +
 			"related: [{identifier: a, origin: service, kind: Secret, reference: {name: {path: a}}}, {identifier: b, origin: kcp, kind: Secret, reference: {name: {path: b}}}]"},
+		{name: "uppercase plural (seeds' Zertifikate)", spec: resource + "projection: {version: v1beta1, kind: Zertifikat, plural: Zertifikate, shortNames: [zerts]}",
+			want: "kcp serves only lowercase resource names: write zertifikate"},
+		{name: "plural that is no DNS label", spec: resource + "projection: {plural: my_things}",
+			want: "projection.plural must be a lowercase DNS label (letters, digits and -, starting with a letter), e.g. my-things"},
+		{name: "lowercase plural", spec: resource + "projection: {kind: Zertifikat, plural: zertifikate}"},
+		{name: "projection.group (api-syncagent)", spec: resource + "projection: {group: other.example}",
+			want: "projection.group is not supported: ferry serves every published resource in the API group of the APIExport"},
+		{name: "projection.apiGroup", spec: resource + "projection: {apiGroup: other.example}",
+			want: "projection.apiGroup is not supported"},
+		{name: "a rudi mutation (seeds)", spec: resource + "mutation: {spec: [{rudi: {script: '(set! .metadata.name \"x\")'}}]}",
+			want: "Rudi is not supported: write it as cel"},
+		{name: "regex with \\1 (seeds)", spec: resource + "mutation: {spec: [{regex: {path: spec.x, pattern: '(.+)', replacement: 'foo-\\1'}}]}"},
+		{name: "template mutation (seeds)", spec: resource + "mutation: {spec: [{template: {path: spec.x, template: '{{ .LocalObject.ObjectMeta.Namespace }}'}}]}"},
+		{name: "resource without version (api-syncagent: all versions)", spec: "resource: {apiGroup: example.com, kind: Widget}"},
+		{name: "resource with version and versions", spec: "resource: {apiGroup: example.com, kind: Widget, version: v1, versions: [v1]}",
+			want: "set at most one of version and versions"},
+		{name: "origin platform (seeds)", spec: resource +
+			"related: [{identifier: tls, origin: platform, kind: Secret, reference: {name: {path: spec.secretName}}}]"},
 		// Other values of filter.namespace (a number, a bad name) pass
 		// admission — the API server allows no rule on a typeless field —
 		// and are refused on the condition (NamespaceFilter.Validate).

@@ -66,6 +66,9 @@ func Compile(field string, ms []ferryv1alpha1.ResourceMutation) (*Mutator, error
 }
 
 func compileStep(name string, mut ferryv1alpha1.ResourceMutation) (step, error) {
+	if mut.Rudi != nil {
+		return step{}, fmt.Errorf("%s.rudi: Rudi is not supported: write it as cel (a cel mutation with path and expression)", name)
+	}
 	set := 0
 	for _, b := range []bool{mut.Delete != nil, mut.Regex != nil, mut.Template != nil, mut.CEL != nil} {
 		if b {
