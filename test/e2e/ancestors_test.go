@@ -11,7 +11,9 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
@@ -117,4 +119,65 @@ func mustOpen(t *testing.T, path string) *os.File {
 	}
 	t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// TestAncestorRefusalsAtAdmission: what ferry cannot honour in the
+// ancestors' documents is refused by the real API server with a message
+// that says what to write instead, and their other spellings are accepted
+// (the PublishedResources are deleted again; no edge publishes them).
+func TestAncestorRefusalsAtAdmission(t *testing.T) {
+	ctx := context.Background()
+	const resource = "resource: {apiGroup: refusals.ancestors.example, kind: Widget, version: v1}\n"
+	dyn, err := dynamic.NewForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, spec string
+		refused    string // part of the admission error; empty: accepted
+	}{
+		{name: "ancrefgroup", spec: resource + "projection: {group: other.example}",
+			refused: "projection.group is not supported: ferry serves every published resource in the API group of the APIExport"},
+		{name: "ancrefapigroup", spec: resource + "projection: {apiGroup: other.example}", refused: "projection.apiGroup is not supported"},
+		{name: "ancrefrudi", spec: resource + `mutation: {spec: [{rudi: {script: '(set! .metadata.name "x")'}}]}`,
+			refused: "Rudi is not supported: write it as cel"},
+		{name: "ancrefbadplural", spec: resource + "projection: {plural: Widgets}", refused: "kcp serves only lowercase resource names: write widgets"},
+		{name: "ancrefbothversions", spec: "resource: {apiGroup: refusals.ancestors.example, kind: Widget, version: v1, versions: [v1]}",
+			refused: "set at most one of version and versions"},
+		{name: "ancrefdupidentifier", spec: resource +
+			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {origin: platform, kind: Secret, reference: {name: {path: b}}}]",
+			refused: "set identifier on the entries of the same kind"},
+		{name: "ancrefallversions", spec: "resource: {apiGroup: refusals.ancestors.example, kind: Widget}"},
+		{name: "ancrefspellings", spec: resource + `filter: {namespace: my-app}
+related: [{origin: platform, kind: ConfigMap, reference: {name: {path: spec.config, regex: {pattern: '(.+)', replacement: 'cfg-\1'}}}}]
+mutation: {spec: [{template: {path: spec.owner, template: '{{ .LocalObject.ObjectMeta.Namespace }}'}}]}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := framework.DecodeYAML(strings.NewReader("apiVersion: ferry.dev/v1alpha1\nkind: PublishedResource\nmetadata: {name: " + tc.name + "}\nspec:\n" + indent(tc.spec)))
+			if err != nil || len(objs) != 1 {
+				t.Fatalf("bad test document: %v", err)
+			}
+			// Labelled for no edge: nothing publishes it or adds a finalizer.
+			objs[0].SetLabels(map[string]string{testLabel: "unpublished-" + tc.name})
+			err = framework.Apply(ctx, env.service.Config, objs[0])
+			if err == nil {
+				t.Cleanup(func() {
+					if err := dyn.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).Delete(context.Background(), tc.name, metav1.DeleteOptions{}); err != nil {
+						t.Logf("cleanup: %v", err)
+					}
+				})
+			}
+			switch {
+			case tc.refused == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)):
+				t.Fatalf("admission error %v, want one saying %q", err, tc.refused)
+			}
+		})
+	}
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
 }
