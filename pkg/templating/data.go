@@ -96,7 +96,9 @@ func SampleData(apiVersion, kind string, namespaced bool) Data {
 	}
 	return Data{
 		Object: obj, Local: obj, Remote: obj, LocalObject: obj, RemoteObject: obj, RelatedObject: obj,
-		Value: "sample", ClusterName: "sample-cluster", ClusterPath: "root:sample", WorkspacePath: "root:sample",
+		// No Value: the mutated path may hold a string or an object, and a
+		// sample string would make ".Value.name" look wrong.
+		Value: nil, ClusterName: "sample-cluster", ClusterPath: "root:sample", WorkspacePath: "root:sample",
 		Namespace: ns, Name: "sample", Side: "kcp",
 	}
 }

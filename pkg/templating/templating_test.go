@@ -88,6 +88,8 @@ func TestCheck(t *testing.T) {
 		{name: "api-syncagent's naming", text: "{{ .ClusterName }}-{{ .Object.metadata.namespace | sha3short }}"},
 		{name: "a field the sample lacks", text: "{{ .Object.spec.secretName }}"},
 		{name: "a deep field the sample lacks", text: "{{ .Remote.spec.a.b.c | upper }}"},
+		{name: "the value read as an object", text: "{{ .Value.name }}"},
+		{name: "the value read as a string", text: "{{ .Value | upper }}"},
 		{name: "unknown top-level data", text: "{{ .Objekt.metadata.name }}", wantErr: "can't evaluate field Objekt"},
 		{name: "a typo in a typed view", text: "{{ .LocalObject.ObjectMeta.Namespce }}", wantErr: "can't evaluate field Namespce"},
 		{name: "unknown function", text: "{{ sha256 .Name }}", wantErr: `function "sha256" not defined`, parse: true},
