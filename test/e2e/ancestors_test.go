@@ -128,6 +128,8 @@ func mustOpen(t *testing.T, path string) *os.File {
 func TestAncestorRefusalsAtAdmission(t *testing.T) {
 	ctx := context.Background()
 	const resource = "resource: {apiGroup: refusals.ancestors.example, kind: Widget, version: v1}\n"
+	// An edge installs the PublishedResource CRD (the test may run alone).
+	newPubEnv(t)
 	dyn, err := dynamic.NewForConfig(env.service.Config)
 	if err != nil {
 		t.Fatal(err)
