@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -64,11 +66,12 @@ type PublishedResourceSpec struct {
 	Filter *ResourceFilter `json:"filter,omitempty"`
 
 	// Related lists objects that belong to each published object and are
-	// synced along with it (e.g. a Secret with credentials).
+	// synced along with it (e.g. a Secret with credentials). Every entry's
+	// identifier (set, or derived from its kind) is unique.
 	// +optional
-	// +listType=map
-	// +listMapKey=identifier
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, (has(b.identifier) ? b.identifier : b.kind.lowerAscii()) == (has(a.identifier) ? a.identifier : a.kind.lowerAscii())))",message="two spec.related entries have the same identifier (an unset identifier is the kind in lowercase, e.g. secret): set identifier on the entries of the same kind so that each is different"
 	Related []RelatedResourceSpec `json:"related,omitempty"`
 
 	// Mutation rewrites objects on their way between kcp and the service
@@ -202,15 +205,17 @@ func (s *PublishedResourceSpec) SyncDisabled() bool {
 }
 
 // SourceResource names a CRD on the service cluster and the versions to
-// publish. Exactly one of version and versions is set.
-// +kubebuilder:validation:XValidation:rule="has(self.version) != has(self.versions)",message="exactly one of version and versions must be set"
+// publish: version, versions, or neither — then every version the CRD
+// serves (as api-syncagent does).
+// +kubebuilder:validation:XValidation:rule="!(has(self.version) && has(self.versions))",message="set at most one of version and versions (neither publishes every version the CRD serves)"
 type SourceResource struct {
 	// APIGroup of the CRD, e.g. "cert-manager.io".
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	APIGroup string `json:"apiGroup"`
 
-	// Version publishes a single version, e.g. "v1".
+	// Version publishes a single version, e.g. "v1". Neither version nor
+	// versions: every served version.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	Version string `json:"version,omitempty"`
@@ -258,11 +263,27 @@ type ResourceProjection struct {
 	// +kubebuilder:validation:MaxLength=63
 	Kind string `json:"kind,omitempty"`
 
-	// Plural resource name in kcp; a lowercase DNS label.
+	// Plural resource name in kcp; a lowercase DNS label (kcp serves no
+	// other).
 	// +optional
-	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",messageExpression="self.lowerAscii().matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') ? 'kcp serves only lowercase resource names: write ' + self.lowerAscii() : 'projection.plural must be a lowercase DNS label (letters, digits and -, starting with a letter), e.g. ' + self.lowerAscii().replace('_', '-').replace('.', '-')"
 	Plural string `json:"plural,omitempty"`
+
+	// Group is not supported: ferry serves every published resource in the
+	// APIExport's group (the APIExport's name). It is in the schema so that
+	// a document setting it (api-syncagent's projection.group) is refused
+	// with that message instead of the field being dropped silently.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="false",message="projection.group is not supported: ferry serves every published resource in the API group of the APIExport (its name); remove projection.group"
+	Group string `json:"group,omitempty"`
+
+	// APIGroup is not supported, like Group (the seeds' spelling).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="false",message="projection.apiGroup is not supported: ferry serves every published resource in the API group of the APIExport (its name); remove projection.apiGroup"
+	APIGroup string `json:"apiGroup,omitempty"`
 
 	// ShortNames replace the CRD's short names; an empty list removes them,
 	// null or absent keeps them.
@@ -319,42 +340,50 @@ type ResourceNaming struct {
 	AllowNameCollisions bool `json:"allowNameCollisions,omitempty"`
 }
 
-// ResourceFilter selects kcp objects by labels.
-type ResourceFilter struct {
-	// Namespace selects by the labels of the object's namespace in kcp.
-	// +optional
-	Namespace *metav1.LabelSelector `json:"namespace,omitempty"`
-	// Resource selects by the object's own labels.
-	// +optional
-	Resource *metav1.LabelSelector `json:"resource,omitempty"`
-}
-
-// RelatedResourceOrigin tells on which side a related object is created.
-// +kubebuilder:validation:Enum=service;kcp
+// RelatedResourceOrigin tells on which side a related object is created:
+// "service" or "kcp". "platform", the seeds' word for kcp, is accepted as
+// written and means kcp; compare origins through Normalized.
+// +kubebuilder:validation:Enum=service;kcp;platform
 type RelatedResourceOrigin string
 
 // Related resource origins.
 const (
 	OriginService RelatedResourceOrigin = "service"
 	OriginKCP     RelatedResourceOrigin = "kcp"
+	// OriginPlatform is the seeds' spelling of OriginKCP.
+	OriginPlatform RelatedResourceOrigin = "platform"
 )
+
+// Normalized returns the origin in ferry's spelling: platform becomes kcp;
+// anything else is returned unchanged (and refused where it is compiled).
+func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
+	if o == OriginPlatform {
+		return OriginKCP
+	}
+	return o
+}
 
 // RelatedResourceSpec describes one kind of related object.
 type RelatedResourceSpec struct {
-	// Identifier names the entry, unique within the PublishedResource.
-	// +required
+	// Identifier names the entry, unique within the PublishedResource; it
+	// labels the related copies. Default: the kind in lowercase (e.g.
+	// "secret"), as the seeds' examples leave it out; two entries of one
+	// kind must set it.
+	// +optional
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
-	Identifier string `json:"identifier"`
+	Identifier string `json:"identifier,omitempty"`
 
 	// Origin is the side where the object is created: "service" (synced up
-	// into kcp) or "kcp" (synced down).
+	// into kcp) or "kcp" (synced down); "platform" (the seeds' word) means
+	// kcp.
 	// +required
 	Origin RelatedResourceOrigin `json:"origin"`
 
 	// Kind of the related object, e.g. Secret or ConfigMap.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
 	Kind string `json:"kind"`
 
 	// Group of the related object; empty for the core group.
@@ -368,6 +397,15 @@ type RelatedResourceSpec struct {
 	// Reference locates the related object from the primary object.
 	// +required
 	Reference RelatedResourceReference `json:"reference"`
+}
+
+// EffectiveIdentifier is the identifier, or its default: the kind in
+// lowercase.
+func (s *RelatedResourceSpec) EffectiveIdentifier() string {
+	if s.Identifier != "" {
+		return s.Identifier
+	}
+	return strings.ToLower(s.Kind)
 }
 
 // RelatedResourceReference locates a related object by paths evaluated on
@@ -399,7 +437,8 @@ type RegexReplacement struct {
 	// Pattern to match; empty replaces the whole value.
 	// +optional
 	Pattern string `json:"pattern,omitempty"`
-	// Replacement, which may refer to groups as $1.
+	// Replacement, which may refer to groups as $1 or ${1} (Go) or as \1
+	// (the seeds' and api-syncagent's spelling; \\ is a literal backslash).
 	// +optional
 	Replacement string `json:"replacement,omitempty"`
 }
@@ -422,7 +461,7 @@ type ResourceMutationSpec struct {
 }
 
 // ResourceMutation is one mutation step: exactly one field is set.
-// +kubebuilder:validation:XValidation:rule="(has(self.delete) ? 1 : 0) + (has(self.regex) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.cel) ? 1 : 0) == 1",message="a mutation sets exactly one of delete, regex, template and cel"
+// +kubebuilder:validation:XValidation:rule="has(self.rudi) || (has(self.delete) ? 1 : 0) + (has(self.regex) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.cel) ? 1 : 0) == 1",message="a mutation sets exactly one of delete, regex, template and cel"
 type ResourceMutation struct {
 	// Delete removes the field at Path.
 	// +optional
@@ -436,6 +475,19 @@ type ResourceMutation struct {
 	// CEL sets Path to a CEL expression's value.
 	// +optional
 	CEL *CELMutation `json:"cel,omitempty"`
+	// Rudi is not supported (the seeds' Rudi scripts): it is in the schema
+	// so that a document using it is refused with what to write instead.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="false",message="Rudi is not supported: write it as cel (a cel mutation with path and expression, e.g. path: metadata.name, expression: object.metadata.name + '-foo')"
+	Rudi *RudiMutation `json:"rudi,omitempty"`
+}
+
+// RudiMutation is the seeds' Rudi script step, refused at admission.
+type RudiMutation struct {
+	// Script is the Rudi program.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Script string `json:"script,omitempty"`
 }
 
 // DeleteMutation removes a field.
@@ -453,7 +505,8 @@ type RegexMutation struct {
 	// Pattern to match; empty replaces the whole value.
 	// +optional
 	Pattern string `json:"pattern,omitempty"`
-	// Replacement, which may refer to groups as $1.
+	// Replacement, which may refer to groups as $1 or ${1} (Go) or as \1
+	// (the seeds' and api-syncagent's spelling; \\ is a literal backslash).
 	// +optional
 	Replacement string `json:"replacement,omitempty"`
 }
@@ -534,8 +587,11 @@ const (
 	ReasonNamingInvalid     = "NamingInvalid"
 	ReasonMutationInvalid   = "MutationInvalid"
 	ReasonRelatedInvalid    = "RelatedInvalid"
-	ReasonWatching          = "Watching"
-	ReasonLocalWatchFailed  = "LocalWatchFailed"
+	// ReasonFilterInvalid: spec.filter cannot be used (e.g. filter.namespace
+	// is neither a namespace name nor a label selector).
+	ReasonFilterInvalid    = "FilterInvalid"
+	ReasonWatching         = "Watching"
+	ReasonLocalWatchFailed = "LocalWatchFailed"
 	// ReasonProjectionChanged: the projection now yields another served
 	// resource than the one published (status.servedResource). The edge
 	// keeps syncing the published one and does not publish the change

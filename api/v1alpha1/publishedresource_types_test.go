@@ -29,3 +29,13 @@ func TestSpecDefaults(t *testing.T) {
 		})
 	}
 }
+
+func TestOriginNormalized(t *testing.T) {
+	for in, want := range map[RelatedResourceOrigin]RelatedResourceOrigin{
+		OriginPlatform: OriginKCP, OriginKCP: OriginKCP, OriginService: OriginService, "other": "other",
+	} {
+		if got := in.Normalized(); got != want {
+			t.Errorf("%q.Normalized() = %q, want %q", in, got, want)
+		}
+	}
+}

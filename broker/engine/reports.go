@@ -47,16 +47,23 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 		}
 	}
 	var nsSelector labels.Selector
-	if spec.Filter != nil && spec.Filter.Namespace != nil {
-		if nsSelector, err = metav1.LabelSelectorAsSelector(spec.Filter.Namespace); err != nil {
-			return r, false, fmt.Errorf("spec.filter.namespace: %w", err)
+	var nsName string
+	if spec.Filter != nil {
+		if err := spec.Filter.Namespace.Validate(); err != nil {
+			return r, false, err
 		}
+		if sel, ok := spec.Filter.Namespace.LabelSelector(); ok {
+			if nsSelector, err = metav1.LabelSelectorAsSelector(sel); err != nil {
+				return r, false, fmt.Errorf("spec.filter.namespace: %w", err)
+			}
+		}
+		nsName, _ = spec.Filter.Namespace.NamespaceName()
 	}
 	refs, err := related.Compile(spec.Related)
 	if err != nil {
 		return r, false, err
 	}
-	versions := projection.SelectedVersions(&spec.Resource)
+	versions := projection.SelectedVersions(&spec.Resource, &crd)
 	hasStatus := true
 	for _, v := range crd.Spec.Versions {
 		if slices.Contains(versions, v.Name) && (v.Subresources == nil || v.Subresources.Status == nil) {
@@ -71,6 +78,7 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 		Selector:          selector,
 		WorkspacePaths:    spec.EnableWorkspacePaths,
 		NamespaceSelector: nsSelector,
+		NamespaceName:     nsName,
 		Related:           refs,
 		ConsumerOrphan:    spec.ConsumerOrphanAllowed(),
 	}, true, nil

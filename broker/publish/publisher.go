@@ -115,7 +115,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 			claims = append(claims, apisv1alpha2.PermissionClaim{
 				GroupResource: apisv1alpha2.GroupResource{Resource: "namespaces"}, Verbs: []string{"get", "list", "watch", "create"},
 			})
-		case spec.Filter != nil && spec.Filter.Namespace != nil:
+		case spec.Filter != nil && hasNamespaceSelector(spec.Filter.Namespace):
 			// Filtering by namespace labels needs to read namespaces.
 			claims = append(claims, apisv1alpha2.PermissionClaim{
 				GroupResource: apisv1alpha2.GroupResource{Resource: "namespaces"}, Verbs: []string{"get", "list", "watch"},
@@ -252,4 +252,11 @@ func relatedScopeProblem(specs []ferryv1alpha1.RelatedResourceSpec, resourcesFor
 		}
 	}
 	return "", nil
+}
+
+// hasNamespaceSelector tells whether filter.namespace selects namespaces by
+// labels (a namespace name needs no namespace reads).
+func hasNamespaceSelector(f *ferryv1alpha1.NamespaceFilter) bool {
+	_, ok := f.LabelSelector()
+	return ok
 }

@@ -137,6 +137,9 @@ func (m *Manager) scopeOf(res Resource, obj *unstructured.Unstructured) scope {
 	if res.Selector != nil && !res.Selector.Matches(labels.Set(obj.GetLabels())) {
 		return outOfScope
 	}
+	if res.NamespaceName != "" && obj.GetNamespace() != "" && obj.GetNamespace() != res.NamespaceName {
+		return outOfScope
+	}
 	if res.NamespaceSelector == nil || obj.GetNamespace() == "" {
 		return inScope
 	}

@@ -64,6 +64,7 @@ func TestObjectsLeavingScopeAreDeletedNotStranded(t *testing.T) {
 		selector   labels.Selector
 		nsSelector labels.Selector
 		namespace  *unstructured.Unstructured // in the namespace cache
+		nsName     string                     // filter.namespace written as a name
 		want       string                     // "delete", "upsert" or ""
 	}{
 		{name: "in scope", obj: withLabels(thing("1", spec, nil), map[string]string{"team": "a"}), selector: team, want: "upsert"},
@@ -76,11 +77,13 @@ func TestObjectsLeavingScopeAreDeletedNotStranded(t *testing.T) {
 		{name: "namespace in filter.namespace", obj: thing("7", spec, nil), selector: labels.Everything(), nsSelector: nsSel,
 			namespace: namespaceObj("c", "ns", map[string]string{"sync": "yes"}), want: "upsert"},
 		{name: "namespace not cached yet: nothing is decided", obj: thing("8", spec, nil), selector: labels.Everything(), nsSelector: nsSel, want: ""},
+		{name: "in the namespace filter.namespace names", obj: thing("9", spec, nil), selector: labels.Everything(), nsName: "ns", want: "upsert"},
+		{name: "in another namespace than filter.namespace names", obj: thing("10", spec, nil), selector: labels.Everything(), nsName: "my-app", want: "delete"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			res := thingsResource()
-			res.Selector, res.NamespaceSelector = tc.selector, tc.nsSelector
+			res.Selector, res.NamespaceSelector, res.NamespaceName = tc.selector, tc.nsSelector, tc.nsName
 			objs := []*unstructured.Unstructured{tc.obj}
 			if tc.namespace != nil {
 				objs = append(objs, tc.namespace)

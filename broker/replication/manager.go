@@ -49,6 +49,10 @@ type Resource struct {
 	// NamespaceSelector, when set, syncs only objects whose namespace's
 	// labels match (spec.filter.namespace).
 	NamespaceSelector labels.Selector
+	// NamespaceName, when set, syncs only objects in the kcp namespace of
+	// that name, in every workspace (spec.filter.namespace written as a
+	// name, the seeds' spelling).
+	NamespaceName string
 	// Related are the compiled spec.related entries.
 	Related []*related.Reference
 	// ConsumerOrphan honours the consumer's ferry.dev/deletion-policy:

@@ -155,7 +155,8 @@ func sameFilters(a, b Resource) bool {
 		return s.String()
 	}
 	return selectorString(a.Selector) == selectorString(b.Selector) &&
-		selectorString(a.NamespaceSelector) == selectorString(b.NamespaceSelector)
+		selectorString(a.NamespaceSelector) == selectorString(b.NamespaceSelector) &&
+		a.NamespaceName == b.NamespaceName
 }
 
 // Withdraw withdraws a PublishedResource for now (it became invalid, or

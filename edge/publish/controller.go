@@ -38,6 +38,7 @@ import (
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Field indexes: CRDs and PublishedResources by "group/kind".
@@ -239,8 +240,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				winner, proj.Resource.Resource), nil)
 	}
 
+	if pr.Spec.Filter != nil {
+		// Admission cannot check filter.namespace's type (a string or a
+		// selector, see NamespaceFilter): refused here instead.
+		if err := pr.Spec.Filter.Namespace.Validate(); err != nil {
+			r.withdraw(pr.Name)
+			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonFilterInvalid, err.Error(), nil)
+		}
+	}
+
 	rules, err := naming.Compile(pr.Spec.Naming)
 	if err != nil {
+		r.withdraw(pr.Name)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
+	}
+	// Templates are tried on a sample object of the kind: one naming data
+	// the model lacks would fail on every object, so it is refused here.
+	sampleVersion := localResource(crd).Version
+	sampleAPIVersion, namespaced := crd.Spec.Group+"/"+sampleVersion, crd.Spec.Scope == apiextensionsv1.NamespaceScoped
+	sample := templating.SampleData(sampleAPIVersion, crd.Spec.Names.Kind, namespaced)
+	if err := rules.Check(sampleAPIVersion, crd.Spec.Names.Kind, namespaced); err != nil {
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
 	}
@@ -257,6 +276,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var statusMutator *mutation.Mutator
 	if err == nil {
 		statusMutator, err = mutation.Compile("spec.mutation.status", statusMuts)
+	}
+	if err == nil {
+		err = errors.Join(specMutator.Check(sample), statusMutator.Check(sample))
 	}
 	if err != nil {
 		r.withdraw(pr.Name)
@@ -470,7 +492,7 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		Local:         schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
 		LocalKind:     crd.Spec.Names.Kind,
 		Namespaced:    crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
-		HasStatus:     hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)),
+		HasStatus:     hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource, crd)),
 		Naming:        compiled.Naming,
 		SpecMutator:   compiled.SpecMutator,
 		StatusMutator: compiled.StatusMutator,
@@ -488,7 +510,7 @@ func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.Pub
 	switch res.GetState() {
 	case ferryv1.PublishState_PUBLISH_STATE_PUBLISHED:
 		msg := res.GetMessage()
-		if !hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)) {
+		if !hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource, crd)) {
 			msg += "; the CRD has no status subresource, so no status is synced back"
 		}
 		return r.setStatus(ctx, pr, metav1.ConditionTrue, ferryv1alpha1.ReasonPublished, msg, res)
@@ -652,7 +674,7 @@ func ownStatus(st ferryv1alpha1.PublishedResourceStatus) ferryv1alpha1.Published
 // selected versions, without server-managed metadata or status, so that the
 // revision changes only when what is published changes.
 func newPublish(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) (*ferryv1.Publish, error) {
-	selected := projection.SelectedVersions(&pr.Spec.Resource)
+	selected := projection.SelectedVersions(&pr.Spec.Resource, crd)
 	reduced := &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
 		ObjectMeta: metav1.ObjectMeta{Name: crd.Name},

@@ -545,7 +545,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "the object is not valid JSON: %v", err)
 	}
 	remote.WorkspacePath = in.GetUpsert().GetWorkspacePath()
-	ns, name, err := pub.Naming.Local(remote, pub.Namespaced)
+	ns, name, err := pub.Naming.LocalOf(remote, obj.Object, pub.Namespaced)
 	if err != nil {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "naming: %v", err)
 	}

@@ -7,12 +7,10 @@
 package mutation
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
-	"text/template"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/ext"
@@ -20,6 +18,9 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
+	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/replacement"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Objects are what templates and CEL expressions can read besides the
@@ -41,6 +42,8 @@ type step struct {
 	name  string // "spec.mutation.spec[2].regex", for errors
 	path  fieldpath.Path
 	apply func(obj map[string]any, path fieldpath.Path, objs Objects) error
+	// tmpl is a template step's template, for Check.
+	tmpl *templating.Template
 }
 
 // Compile checks and compiles mutations; field names errors after where
@@ -63,6 +66,9 @@ func Compile(field string, ms []ferryv1alpha1.ResourceMutation) (*Mutator, error
 }
 
 func compileStep(name string, mut ferryv1alpha1.ResourceMutation) (step, error) {
+	if mut.Rudi != nil {
+		return step{}, fmt.Errorf("%s.rudi: Rudi is not supported: write it as cel (a cel mutation with path and expression)", name)
+	}
 	set := 0
 	for _, b := range []bool{mut.Delete != nil, mut.Regex != nil, mut.Template != nil, mut.CEL != nil} {
 		if b {
@@ -96,17 +102,17 @@ func compileStep(name string, mut ferryv1alpha1.ResourceMutation) (step, error) 
 		if err != nil {
 			return step{}, err
 		}
-		t, err := template.New(name).Option("missingkey=error").Parse(mut.Template.Template)
+		t, err := templating.Parse(name+".template.template", mut.Template.Template)
 		if err != nil {
-			return step{}, fmt.Errorf("%s.template.template: %w", name, err)
+			return step{}, err
 		}
-		return step{name: name + ".template", path: path, apply: func(obj map[string]any, p fieldpath.Path, objs Objects) error {
-			var buf bytes.Buffer
+		return step{name: name + ".template", path: path, tmpl: t, apply: func(obj map[string]any, p fieldpath.Path, objs Objects) error {
 			value, _ := p.Get(obj)
-			if err := t.Execute(&buf, map[string]any{"Object": obj, "Local": objs.Local, "Remote": objs.Remote, "Value": value}); err != nil {
+			out, err := t.Execute(templateData(obj, value, objs))
+			if err != nil {
 				return err
 			}
-			return p.Set(obj, buf.String())
+			return p.Set(obj, out)
 		}}, nil
 	default:
 		path, err := parse("cel", mut.CEL.Path)
@@ -117,24 +123,76 @@ func compileStep(name string, mut ferryv1alpha1.ResourceMutation) (step, error) 
 	}
 }
 
+// templateData is what a template mutation sees (pkg/templating): the
+// mutated object, the objects on both sides under ferry's names (.Local,
+// .Remote) and the seeds' (.LocalObject, .RemoteObject — the mutated
+// object stands in for a side not at hand, e.g. the local copy before it
+// exists, whose name and namespace the mutated object already has), the
+// current value and the kcp workspace.
+func templateData(obj map[string]any, value any, objs Objects) templating.Data {
+	local, remote := templating.Object(objs.Local), templating.Object(objs.Remote)
+	localView, remoteView := local, remote
+	if localView == nil {
+		localView = obj
+	}
+	if remoteView == nil {
+		remoteView = obj
+	}
+	d := templating.Data{
+		Object: obj, Local: local, Remote: remote, LocalObject: localView, RemoteObject: remoteView, Value: value,
+	}
+	// The copy's ferry labels and annotations name the kcp workspace.
+	for _, o := range []map[string]any{obj, objs.Local} {
+		meta, _ := o["metadata"].(map[string]any)
+		labels, _ := meta["labels"].(map[string]any)
+		annotations, _ := meta["annotations"].(map[string]any)
+		if c, ok := labels[naming.LabelRemoteCluster].(string); ok && d.ClusterName == "" {
+			d.ClusterName = c
+		}
+		if p, ok := annotations[naming.AnnotationWorkspacePath].(string); ok && d.ClusterPath == "" {
+			d.ClusterPath, d.WorkspacePath = p, p
+		}
+	}
+	return d
+}
+
+// Check runs the template steps on sample data (templating.Check): a
+// template that would fail on every object — data the model lacks — is an
+// error naming the step.
+func (m *Mutator) Check(sample templating.Data) error {
+	if m == nil {
+		return nil
+	}
+	var errs []error
+	for _, s := range m.steps {
+		if s.tmpl != nil {
+			errs = append(errs, s.tmpl.Check(sample))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // compileRegex rewrites the string at path; an empty pattern sets the
 // replacement as a static value (the path need not exist then).
-func compileRegex(name string, path fieldpath.Path, pattern, replacement string) (step, error) {
+func compileRegex(name string, path fieldpath.Path, pattern, repl string) (step, error) {
 	if pattern == "" {
+		// A static value is not a regex replacement: it is set as written.
 		return step{name: name, path: path, apply: func(obj map[string]any, p fieldpath.Path, _ Objects) error {
-			return p.Set(obj, replacement)
+			return p.Set(obj, repl)
 		}}, nil
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return step{}, fmt.Errorf("%s.pattern: %w", name, err)
 	}
+	// \1 (the ancestors' spelling) and $1 (Go's) both refer to groups.
+	expanded := replacement.Expand(repl)
 	return step{name: name, path: path, apply: func(obj map[string]any, p fieldpath.Path, _ Objects) error {
 		v, err := p.GetString(obj)
 		if err != nil {
 			return err
 		}
-		return p.Set(obj, re.ReplaceAllString(v, replacement))
+		return p.Set(obj, re.ReplaceAllString(v, expanded))
 	}}, nil
 }
 

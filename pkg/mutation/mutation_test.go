@@ -1,11 +1,14 @@
 package mutation
 
 import (
+	"crypto/sha3"
+	"encoding/hex"
 	"reflect"
 	"strings"
 	"testing"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 func object() map[string]any {
@@ -34,6 +37,11 @@ func TestApply(t *testing.T) {
 			check: map[string]any{"secretName": "local-db1"},
 		},
 		{
+			name:  "regex replacement written as the ancestors do (\\1)",
+			muts:  []ferryv1alpha1.ResourceMutation{{Regex: &ferryv1alpha1.RegexMutation{Path: "spec.secretName", Pattern: "^(.*)-creds$", Replacement: `local-\1`}}},
+			check: map[string]any{"secretName": "local-db1"},
+		},
+		{
 			name:  "regex with empty pattern injects a static value",
 			muts:  []ferryv1alpha1.ResourceMutation{{Regex: &ferryv1alpha1.RegexMutation{Path: "spec.region", Replacement: "eu-west"}}},
 			check: map[string]any{"region": "eu-west"},
@@ -45,6 +53,28 @@ func TestApply(t *testing.T) {
 			}}},
 			objs:  Objects{Remote: map[string]any{"metadata": map[string]any{"namespace": "kcp-ns"}}},
 			check: map[string]any{"owner": "kcp-ns/db1"},
+		},
+		{
+			name: "the seeds' template: the local namespace through the typed view",
+			muts: []ferryv1alpha1.ResourceMutation{{Template: &ferryv1alpha1.TemplateMutation{
+				Path: "spec.owner", Template: "{{ .LocalObject.ObjectMeta.Namespace }}",
+			}}},
+			objs:  Objects{Local: map[string]any{"metadata": map[string]any{"namespace": "local-ns"}}},
+			check: map[string]any{"owner": "local-ns"},
+		},
+		{
+			name: "the seeds' template before the local copy exists: the copy being written",
+			muts: []ferryv1alpha1.ResourceMutation{{Template: &ferryv1alpha1.TemplateMutation{
+				Path: "spec.owner", Template: "{{ .LocalObject.ObjectMeta.Namespace }}",
+			}}},
+			check: map[string]any{"owner": "team-a"},
+		},
+		{
+			name: "api-syncagent's data and functions, output trimmed",
+			muts: []ferryv1alpha1.ResourceMutation{{Template: &ferryv1alpha1.TemplateMutation{
+				Path: "spec.secretName", Template: " {{ .Object.metadata.name }}-{{ .Value | sha3short 6 }}\n",
+			}}},
+			check: map[string]any{"secretName": "db1-" + sha3hex("db1-creds")[:6]},
 		},
 		{
 			name:  "cel computes from self",
@@ -104,6 +134,34 @@ func TestApply(t *testing.T) {
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("spec.%s = %#v, want %#v", k, got, want)
 				}
+			}
+		})
+	}
+}
+
+func sha3hex(s string) string {
+	sum := sha3.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestCheck: template mutations that fail on every object are refused at
+// publish time; one reading a field the sample lacks is not.
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name, template, wantErr string
+	}{
+		{name: "seeds", template: "{{ .LocalObject.ObjectMeta.Namespace }}"},
+		{name: "a field the sample lacks", template: "{{ .Object.spec.secretName }}"},
+		{name: "data that does not exist", template: "{{ .LocalObj.metadata.name }}", wantErr: "spec.mutation.spec[0].template.template"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Compile("spec.mutation.spec", []ferryv1alpha1.ResourceMutation{{Template: &ferryv1alpha1.TemplateMutation{Path: "spec.x", Template: tc.template}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = m.Check(templating.SampleData("example.com/v1", "Widget", true))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Check = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}

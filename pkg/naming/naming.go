@@ -4,7 +4,10 @@
 //
 // Naming rules are either strings with the placeholders $remoteClusterName,
 // $remoteNamespace, $remoteNamespaceHash, $remoteName and $remoteNameHash, or
-// Go templates (any rule containing "{{") over a Remote value. The defaults —
+// Go templates (any rule containing "{{") run by pkg/templating over the
+// data of a Remote: ferry's .ClusterName, .WorkspacePath, .Namespace,
+// .Name, api-syncagent's .Object (the kcp object) and .ClusterPath, and the
+// seeds' .RemoteObject. The defaults —
 // namespace "$remoteClusterName", name "$remoteNamespaceHash-$remoteNameHash"
 // — cannot collide: the namespace separates workspaces and the name hashes
 // are fixed-length, so the separator is unambiguous.
@@ -14,16 +17,13 @@
 package naming
 
 import (
-	"bytes"
-	"crypto/sha1" //nolint:gosec // a naming hash fixed by the seed documents, not a security measure
-	"encoding/hex"
 	"fmt"
 	"strings"
-	"text/template"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Placeholders usable in naming rules.
@@ -42,17 +42,14 @@ const (
 )
 
 // HashLength is how many hex characters of a SHA-1 a hash keeps.
-const HashLength = 20
+const HashLength = templating.HashLength
 
-// Hash is the first 20 hex characters of the SHA-1 of s.
-func Hash(s string) string {
-	sum := sha1.Sum([]byte(s)) //nolint:gosec // see import
-	return hex.EncodeToString(sum[:])[:HashLength]
-}
+// Hash is the first 20 hex characters of the SHA-1 of s (the templates'
+// shortHash and hash).
+func Hash(s string) string { return templating.ShortHash(s) }
 
 // Remote identifies the kcp object a local copy belongs to. It is also the
-// data of Go template rules: {{ .ClusterName }}, {{ .Namespace }},
-// {{ .Name }}, {{ .WorkspacePath }}, and the function {{ hash .Name }}.
+// data of Go template rules (see TemplateData).
 type Remote struct {
 	// ClusterName is the logical cluster name of the object's workspace.
 	ClusterName string
@@ -66,6 +63,28 @@ type Remote struct {
 	UID string
 }
 
+// TemplateData is what naming templates see for remote, whose kcp object
+// is obj when at hand (nil: templates see an object made of remote's
+// fields).
+func (r Remote) TemplateData(object map[string]any) templating.Data {
+	obj := templating.Object(object)
+	if obj == nil {
+		meta := map[string]any{"name": r.Name}
+		if r.Namespace != "" {
+			meta["namespace"] = r.Namespace
+		}
+		if r.UID != "" {
+			meta["uid"] = r.UID
+		}
+		obj = templating.Object{"metadata": meta}
+	}
+	return templating.Data{
+		Object: obj, Remote: obj, RemoteObject: obj,
+		ClusterName: r.ClusterName, ClusterPath: r.WorkspacePath, WorkspacePath: r.WorkspacePath,
+		Namespace: r.Namespace, Name: r.Name,
+	}
+}
+
 // Rules are compiled naming rules. Build them once per PublishedResource.
 type Rules struct {
 	namespace rule
@@ -74,7 +93,7 @@ type Rules struct {
 
 type rule struct {
 	text string
-	tmpl *template.Template
+	tmpl *templating.Template
 }
 
 // Compile checks and compiles a PublishedResource's naming rules (nil means
@@ -102,14 +121,14 @@ func compileRule(field, text string) (rule, error) {
 	if !strings.Contains(text, "{{") {
 		return rule{text: text}, nil
 	}
-	t, err := template.New(field).Option("missingkey=error").Funcs(template.FuncMap{"hash": Hash}).Parse(text)
+	t, err := templating.Parse(field, text)
 	if err != nil {
-		return rule{}, fmt.Errorf("%s is not a valid Go template: %w", field, err)
+		return rule{}, err
 	}
 	return rule{text: text, tmpl: t}, nil
 }
 
-func (r rule) apply(remote Remote) (string, error) {
+func (r rule) apply(remote Remote, object map[string]any) (string, error) {
 	if r.tmpl == nil {
 		// Longer placeholders first: $remoteNamespaceHash before $remoteNamespace.
 		return strings.NewReplacer(
@@ -120,11 +139,27 @@ func (r rule) apply(remote Remote) (string, error) {
 			PlaceholderName, remote.Name,
 		).Replace(r.text), nil
 	}
-	var buf bytes.Buffer
-	if err := r.tmpl.Execute(&buf, remote); err != nil {
+	out, err := r.tmpl.Execute(remote.TemplateData(object))
+	if err != nil {
 		return "", fmt.Errorf("%s: %w", r.tmpl.Name(), err)
 	}
-	return buf.String(), nil
+	return out, nil
+}
+
+// Check runs the template rules on a sample kcp object of the resource
+// (templating.Check): a rule that would fail on every object — data the
+// model lacks, such as .Objekt — is an error naming the rule.
+func (r *Rules) Check(apiVersion, kind string, namespaced bool) error {
+	sample := templating.SampleData(apiVersion, kind, namespaced)
+	for _, rl := range []rule{r.namespace, r.name} {
+		if rl.tmpl == nil {
+			continue
+		}
+		if err := rl.tmpl.Check(sample); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Local returns the local namespace (empty when the local resource is
@@ -132,8 +167,14 @@ func (r rule) apply(remote Remote) (string, error) {
 // are shortened deterministically (see Shorten); results that are still not
 // valid names are an error naming the rule.
 func (r *Rules) Local(remote Remote, namespaced bool) (namespace, name string, err error) {
+	return r.LocalOf(remote, nil, namespaced)
+}
+
+// LocalOf is Local with the kcp object at hand, for templates reading it
+// (.Object.spec…).
+func (r *Rules) LocalOf(remote Remote, object map[string]any, namespaced bool) (namespace, name string, err error) {
 	if namespaced {
-		ns, err := r.namespace.apply(remote)
+		ns, err := r.namespace.apply(remote, object)
 		if err != nil {
 			return "", "", err
 		}
@@ -142,7 +183,7 @@ func (r *Rules) Local(remote Remote, namespaced bool) (namespace, name string, e
 			return "", "", fmt.Errorf("spec.naming.namespace %q yields %q, not a valid namespace: %s", r.namespace.text, namespace, strings.Join(msgs, "; "))
 		}
 	}
-	n, err := r.name.apply(remote)
+	n, err := r.name.apply(remote, object)
 	if err != nil {
 		return "", "", err
 	}
@@ -195,7 +236,7 @@ func (r *Rules) SeparatesWorkspaces(namespaced, allowExistingNamespaces bool) bo
 // namesWorkspace tells whether the rule's result depends on the workspace.
 func (r rule) namesWorkspace() bool {
 	if r.tmpl != nil {
-		return strings.Contains(r.text, ".ClusterName") || strings.Contains(r.text, ".WorkspacePath")
+		return strings.Contains(r.text, ".ClusterName") || strings.Contains(r.text, ".WorkspacePath") || strings.Contains(r.text, ".ClusterPath")
 	}
 	return strings.Contains(r.text, PlaceholderClusterName)
 }

@@ -1,6 +1,8 @@
 package naming
 
 import (
+	"crypto/sha3"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -64,6 +66,22 @@ func TestLocal(t *testing.T) {
 			remote: remote, namespaced: true, wantErr: "spec.naming.name",
 		},
 		{
+			name: "api-syncagent's template naming (.Object, sha3short)",
+			naming: &ferryv1alpha1.ResourceNaming{
+				Namespace: "{{ .ClusterName }}-{{ .Object.metadata.namespace | sha3short }}",
+				Name:      "{{ .Object.metadata.name }}-{{ .ClusterPath | sha3short 6 }}",
+			},
+			remote: remote, namespaced: true,
+			wantNS:   "1084s8ceexsehjm2-" + sha3hex("team-a")[:20],
+			wantName: "my-cert-" + sha3hex("root:org:team")[:6],
+		},
+		{
+			name:   "the seeds' typed view of the kcp object",
+			naming: &ferryv1alpha1.ResourceNaming{Name: "{{ .RemoteObject.ObjectMeta.Namespace }}-{{ .RemoteObject.ObjectMeta.Name }}"},
+			remote: remote, namespaced: true,
+			wantNS: "1084s8ceexsehjm2", wantName: "team-a-my-cert",
+		},
+		{
 			name:   "template referring to a missing field",
 			naming: &ferryv1alpha1.ResourceNaming{Name: "{{ .Nope }}"},
 			remote: remote, namespaced: true, wantErr: "Nope",
@@ -87,6 +105,49 @@ func TestLocal(t *testing.T) {
 			}
 			if ns != tt.wantNS || name != tt.wantName {
 				t.Errorf("got %q/%q, want %q/%q", ns, name, tt.wantNS, tt.wantName)
+			}
+		})
+	}
+}
+
+func sha3hex(s string) string {
+	sum := sha3.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestLocalOfReadsTheObject: with the kcp object at hand, templates read
+// its content (.Object.spec…).
+func TestLocalOfReadsTheObject(t *testing.T) {
+	rules, err := Compile(&ferryv1alpha1.ResourceNaming{Name: "{{ .Object.spec.tier }}-{{ .Name }}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := map[string]any{"metadata": map[string]any{"name": "a"}, "spec": map[string]any{"tier": "gold"}}
+	_, name, err := rules.LocalOf(Remote{ClusterName: "c", Namespace: "n", Name: "a"}, obj, true)
+	if err != nil || name != "gold-a" {
+		t.Fatalf("LocalOf = %q, %v; want gold-a", name, err)
+	}
+}
+
+// TestCheck: a naming template that fails on every object is refused at
+// publish time, one that reads a field a sample lacks is not.
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name, rule, wantErr string
+	}{
+		{name: "placeholders", rule: "$remoteClusterName-$remoteName"},
+		{name: "api-syncagent", rule: "{{ .ClusterName }}-{{ .Object.metadata.namespace | sha3short }}"},
+		{name: "a field the sample lacks", rule: "{{ .Object.spec.tier }}"},
+		{name: "data that does not exist", rule: "{{ .Cluster }}", wantErr: "spec.naming.name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules, err := Compile(&ferryv1alpha1.ResourceNaming{Name: tc.rule})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = rules.Check("example.com/v1", "Widget", true)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Check = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}

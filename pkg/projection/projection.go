@@ -59,12 +59,23 @@ type Result struct {
 	VersionMap map[string]string
 }
 
-// SelectedVersions returns the source versions spec selects.
-func SelectedVersions(spec *ferryv1alpha1.SourceResource) []string {
-	if spec.Version != "" {
+// SelectedVersions returns the source versions spec selects: version,
+// versions, or — when neither is set, as api-syncagent documents it —
+// every version crd serves.
+func SelectedVersions(spec *ferryv1alpha1.SourceResource, crd *apiextensionsv1.CustomResourceDefinition) []string {
+	switch {
+	case spec.Version != "":
 		return []string{spec.Version}
+	case len(spec.Versions) > 0:
+		return slices.Clone(spec.Versions)
 	}
-	return slices.Clone(spec.Versions)
+	var served []string
+	for _, v := range crd.Spec.Versions {
+		if v.Served {
+			served = append(served, v.Name)
+		}
+	}
+	return served
 }
 
 // Project builds the APIResourceSchema for crd as published by spec in the
@@ -74,6 +85,9 @@ func Project(spec *ferryv1alpha1.PublishedResourceSpec, crd *apiextensionsv1.Cus
 	if crd.Spec.Group != src.APIGroup || crd.Spec.Names.Kind != src.Kind {
 		return nil, &Error{Reason: ferryv1alpha1.ReasonCRDNotFound,
 			Message: fmt.Sprintf("CRD %s defines %s.%s, not %s.%s", crd.Name, crd.Spec.Names.Kind, crd.Spec.Group, src.Kind, src.APIGroup)}
+	}
+	if p := spec.Projection; p != nil && (p.Group != "" || p.APIGroup != "") {
+		return nil, invalid("projection.group is not supported: ferry serves every published resource in the API group of the APIExport (its name); remove it")
 	}
 	versions, err := selectVersions(&src, crd)
 	if err != nil {
@@ -165,9 +179,9 @@ func SchemaName(spec *apisv1alpha1.APIResourceSchemaSpec) (string, error) {
 }
 
 func selectVersions(src *ferryv1alpha1.SourceResource, crd *apiextensionsv1.CustomResourceDefinition) ([]apiextensionsv1.CustomResourceDefinitionVersion, error) {
-	wanted := SelectedVersions(src)
+	wanted := SelectedVersions(src, crd)
 	if len(wanted) == 0 {
-		return nil, invalid("spec.resource names no version")
+		return nil, &Error{Reason: ferryv1alpha1.ReasonVersionNotFound, Message: fmt.Sprintf("CRD %s serves no version", crd.Name)}
 	}
 	var have []string
 	for _, v := range crd.Spec.Versions {

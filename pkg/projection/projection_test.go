@@ -93,6 +93,17 @@ func TestProject(t *testing.T) {
 			wantKind: "Certificate", wantPlural: "certificates", wantShort: []string{"cert", "certs"}, wantCats: []string{"cert-manager"},
 			wantScope: apiextensionsv1.NamespaceScoped, wantVers: []string{"v1alpha1", "v1"}, wantStore: "v1",
 		},
+		{
+			name:     "neither version nor versions publishes every served version (api-syncagent)",
+			spec:     ferryv1alpha1.PublishedResourceSpec{Resource: src()},
+			wantKind: "Certificate", wantPlural: "certificates", wantShort: []string{"cert", "certs"}, wantCats: []string{"cert-manager"},
+			wantScope: apiextensionsv1.NamespaceScoped, wantVers: []string{"v1", "v1beta1"}, wantStore: "v1",
+		},
+		{
+			name:       "projection.group is refused",
+			spec:       ferryv1alpha1.PublishedResourceSpec{Resource: src("v1"), Projection: &ferryv1alpha1.ResourceProjection{Group: "other.example"}},
+			wantReason: ferryv1alpha1.ReasonProjectionInvalid,
+		},
 		{name: "missing version", spec: ferryv1alpha1.PublishedResourceSpec{Resource: src("v3")}, wantReason: ferryv1alpha1.ReasonVersionNotFound},
 		{
 			name:       "projection.version with two versions",

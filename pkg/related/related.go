@@ -17,13 +17,16 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
+	"github.com/ferry-dev/ferry/pkg/replacement"
 )
 
 // Reference is one compiled related[] entry.
 type Reference struct {
-	// Identifier is the entry's identifier.
+	// Identifier is the entry's effective identifier (set, or derived from
+	// its kind): the key every engine uses for the entry.
 	Identifier string
-	// Origin is the side that owns the object.
+	// Origin is the side that owns the object: OriginService or OriginKCP,
+	// never the alias OriginPlatform.
 	Origin ferryv1alpha1.RelatedResourceOrigin
 	// Kind is the related object's group/version/kind (version defaults to v1).
 	Kind schema.GroupVersionKind
@@ -51,30 +54,46 @@ type locator struct {
 // fault.
 func Compile(specs []ferryv1alpha1.RelatedResourceSpec) ([]*Reference, error) {
 	out := make([]*Reference, 0, len(specs))
-	seen := map[string]bool{}
-	for i, s := range specs {
+	seen := map[string]int{} // effective identifier → index
+	for i := range specs {
+		s := &specs[i]
+		id := s.EffectiveIdentifier()
 		where := fmt.Sprintf("spec.related[%d]", i)
-		if s.Identifier != "" {
-			where = fmt.Sprintf("spec.related[%s]", s.Identifier)
+		if id != "" {
+			where = fmt.Sprintf("spec.related[%s]", id)
 		}
 		ref, err := compileOne(s)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		if seen[ref.Identifier] {
-			return nil, fmt.Errorf("%s: identifier is not unique", where)
+		if j, dup := seen[id]; dup {
+			return nil, fmt.Errorf("spec.related[%d] (%s) and spec.related[%d] (%s) both have the identifier %q: set identifier on them so that each is different",
+				j, describeEntry(&specs[j]), i, describeEntry(s), id)
 		}
-		seen[ref.Identifier] = true
+		seen[id] = i
 		out = append(out, ref)
 	}
 	return out, nil
 }
 
-func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
-	if errs := validation.IsDNS1123Label(s.Identifier); len(errs) > 0 {
-		return nil, fmt.Errorf("identifier %q: %s", s.Identifier, strings.Join(errs, "; "))
+// describeEntry names an entry for a refusal: its kind, and whether its
+// identifier is set or the default.
+func describeEntry(s *ferryv1alpha1.RelatedResourceSpec) string {
+	if s.Identifier != "" {
+		return "kind " + s.Kind + ", identifier set"
 	}
-	if s.Origin != ferryv1alpha1.OriginService && s.Origin != ferryv1alpha1.OriginKCP {
+	return "kind " + s.Kind + ", identifier by default"
+}
+
+func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
+	id := s.EffectiveIdentifier()
+	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
+		return nil, fmt.Errorf("identifier %q: %s", id, strings.Join(errs, "; "))
+	}
+	// The compiled entry carries the normalized origin, so everything that
+	// compares Reference.Origin sees kcp for the seeds' "platform".
+	origin := s.Origin.Normalized()
+	if origin != ferryv1alpha1.OriginService && origin != ferryv1alpha1.OriginKCP {
 		return nil, fmt.Errorf("origin %q: must be %q or %q", s.Origin, ferryv1alpha1.OriginService, ferryv1alpha1.OriginKCP)
 	}
 	if s.Kind == "" {
@@ -86,7 +105,7 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
 	plural, _ := meta.UnsafeGuessKindToResource(gvk)
-	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk, Resource: plural}
+	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Resource: plural}
 	name, err := compileLocator("reference.name", s.Reference.Name)
 	if err != nil {
 		return nil, err
@@ -113,6 +132,7 @@ func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, err
 	}
 	loc.replacement = l.Regex.Replacement
 	if l.Regex.Pattern == "" {
+		// A static value is not a regex replacement: it is used as written.
 		if l.Regex.Replacement == "" {
 			return locator{}, fmt.Errorf("%s.regex: an empty pattern needs a replacement (the static value)", field)
 		}
@@ -122,6 +142,7 @@ func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, err
 	if loc.re, err = regexp.Compile(l.Regex.Pattern); err != nil {
 		return locator{}, fmt.Errorf("%s.regex.pattern: %w", field, err)
 	}
+	loc.replacement = replacement.Expand(l.Regex.Replacement)
 	return loc, nil
 }
 

@@ -35,6 +35,9 @@ func TestLocate(t *testing.T) {
 		{name: "regex rewrite", spec: spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName",
 			Regex: &ferryv1alpha1.RegexReplacement{Pattern: "^(.*)-creds$", Replacement: "$1-tls"}}, nil),
 			wantNamespace: "team-a", wantName: "db-tls"},
+		{name: "regex rewrite written as the ancestors do (\\1)", spec: spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName",
+			Regex: &ferryv1alpha1.RegexReplacement{Pattern: "^(.*)-creds$", Replacement: `\1-tls`}}, nil),
+			wantNamespace: "team-a", wantName: "db-tls"},
 		{name: "static namespace", spec: spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 			&ferryv1alpha1.ResourceLocator{Path: "metadata.uid", Regex: &ferryv1alpha1.RegexReplacement{Replacement: "kube-system"}}),
 			wantNamespace: "kube-system", wantName: "db-creds"},
@@ -107,8 +110,8 @@ func TestCompileErrors(t *testing.T) {
 		}, wantErr: "an empty pattern needs a replacement"},
 		{name: "empty path segment", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Reference.Name.Path = "spec..name" },
 			wantErr: "reference.name.path"},
-		{name: "bad origin", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin = "platform" },
-			wantErr: `origin "platform"`},
+		{name: "bad origin", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin = "cloud" },
+			wantErr: `origin "cloud"`},
 		{name: "bad identifier", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Identifier = "Creds" },
 			wantErr: `identifier "Creds"`},
 		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "kind is required"},
@@ -123,8 +126,49 @@ func TestCompileErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Compile([]ferryv1alpha1.RelatedResourceSpec{good, good}); err == nil || !strings.Contains(err.Error(), "not unique") {
+	if _, err := Compile([]ferryv1alpha1.RelatedResourceSpec{good, good}); err == nil || !strings.Contains(err.Error(), `spec.related[0] (kind Secret, identifier set) and spec.related[1] (kind Secret, identifier set) both have the identifier "creds": set identifier`) {
 		t.Errorf("duplicate identifiers: error = %v", err)
+	}
+}
+
+// TestDefaultIdentifier: an entry without identifier (the seeds'
+// cert-manager example) is keyed by its kind in lowercase; two such entries
+// of one kind are refused naming both.
+func TestDefaultIdentifier(t *testing.T) {
+	s := spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}, nil)
+	s.Identifier = ""
+	refs, err := Compile([]ferryv1alpha1.RelatedResourceSpec{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs[0].Identifier != "secret" {
+		t.Errorf("identifier %q, want secret", refs[0].Identifier)
+	}
+	named := spec(ferryv1alpha1.ResourceLocator{Path: "spec.other"}, nil)
+	named.Identifier = "secret"
+	_, err = Compile([]ferryv1alpha1.RelatedResourceSpec{s, named})
+	if err == nil || !strings.Contains(err.Error(), `spec.related[0] (kind Secret, identifier by default) and spec.related[1] (kind Secret, identifier set) both have the identifier "secret": set identifier on them`) {
+		t.Errorf("duplicate default identifier: %v", err)
+	}
+}
+
+// TestOriginPlatform: the seeds' "platform" is kcp, and the compiled entry
+// says kcp, so every comparison of Reference.Origin treats it as kcp.
+func TestOriginPlatform(t *testing.T) {
+	for _, origin := range []ferryv1alpha1.RelatedResourceOrigin{"platform", "kcp", "service"} {
+		s := spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}, nil)
+		s.Origin = origin
+		refs, err := Compile([]ferryv1alpha1.RelatedResourceSpec{s})
+		if err != nil {
+			t.Fatalf("origin %s: %v", origin, err)
+		}
+		want := origin
+		if origin == "platform" {
+			want = ferryv1alpha1.OriginKCP
+		}
+		if refs[0].Origin != want {
+			t.Errorf("origin %s compiles to %s, want %s", origin, refs[0].Origin, want)
+		}
 	}
 }
 

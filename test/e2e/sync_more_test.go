@@ -137,7 +137,7 @@ func TestSyncNamingFiltersWorkspacesAndAdoption(t *testing.T) {
 func TestSyncNamespaceFilter(t *testing.T) {
 	ctx := context.Background()
 	e := newSyncEnv(t, "nsfilter.example.com", "Ticket", "tickets", func(s *ferryv1alpha1.PublishedResourceSpec) {
-		s.Filter = &ferryv1alpha1.ResourceFilter{Namespace: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}
+		s.Filter = &ferryv1alpha1.ResourceFilter{Namespace: &ferryv1alpha1.NamespaceFilter{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}}
 	})
 	kube := e.consumerKube(t)
 	for name, labels := range map[string]map[string]string{"prod": {"env": "prod"}, "dev": nil} {
