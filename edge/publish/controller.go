@@ -34,8 +34,6 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/replication"
-	"github.com/ferry-dev/ferry/pkg/mutation"
-	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
 )
@@ -210,12 +208,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			fmt.Sprintf("no CRD defines kind %s in group %s on the service cluster; publishing starts by itself once it exists",
 				pr.Spec.Resource.Kind, pr.Spec.Resource.APIGroup), nil)
 	}
-	proj, err := projection.Project(&pr.Spec, crd, group)
+	proj, err := Project(&pr, crd, group)
 	if err != nil {
 		r.withdraw(pr.Name)
-		var pe *projection.Error
-		if errors.As(err, &pe) {
-			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, pe.Reason, pe.Message, nil)
+		var refusal *Refusal
+		if errors.As(err, &refusal) {
+			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, refusal.Reason, refusal.Message, nil)
 		}
 		return reconcile.Result{}, err
 	}
@@ -239,28 +237,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				winner, proj.Resource.Resource), nil)
 	}
 
-	rules, err := naming.Compile(pr.Spec.Naming)
-	if err != nil {
+	compiled, refusal := CompileRules(&pr, crd)
+	if refusal != nil {
 		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
-	}
-	if msg := namingCollisionRefusal(pr.Spec.Naming, rules, crd.Spec.Scope == apiextensionsv1.NamespaceScoped); msg != "" {
-		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, msg, nil)
-	}
-
-	var specMuts, statusMuts []ferryv1alpha1.ResourceMutation
-	if m := pr.Spec.Mutation; m != nil {
-		specMuts, statusMuts = m.Spec, m.Status
-	}
-	specMutator, err := mutation.Compile("spec.mutation.spec", specMuts)
-	var statusMutator *mutation.Mutator
-	if err == nil {
-		statusMutator, err = mutation.Compile("spec.mutation.status", statusMuts)
-	}
-	if err != nil {
-		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid, err.Error(), nil)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, refusal.Reason, refusal.Message, nil)
 	}
 
 	relatedRefs, err := r.compileRelated(&pr, crd)
@@ -300,10 +280,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Sync is registered as soon as the real projection is known, not
 		// after the broker's answer, so the local copies are watched (and
 		// inventoried) early after a (re)connect.
-		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replication.Published{
-			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs,
-			AllowExistingNamespaces: pr.Spec.Naming != nil && pr.Spec.Naming.AllowExistingNamespaces,
-		})
+		compiled.Related = relatedRefs
+		r.registerSync(&pr, crd, proj, msg.GetRevision(), compiled)
 	}
 	result := reconcile.Result{RequeueAfter: requeue}
 	switch {
@@ -452,29 +430,7 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		r.Sync.RemovePublished(pr.Name)
 		return
 	}
-	served := proj.Resource
-	localVersion := ""
-	for src, dst := range proj.VersionMap {
-		if dst == served.Version {
-			localVersion = src
-		}
-	}
-	r.Sync.SetPublished(&replication.Published{
-		Name:          pr.Name,
-		Remote:        served,
-		Local:         schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
-		LocalKind:     crd.Spec.Names.Kind,
-		Namespaced:    crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
-		HasStatus:     hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource)),
-		Naming:        compiled.Naming,
-		SpecMutator:   compiled.SpecMutator,
-		StatusMutator: compiled.StatusMutator,
-		Related:       compiled.Related,
-		Revision:      revision,
-		Shape:         copyShape(pr, crd),
-
-		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
-	})
+	r.Sync.SetPublished(NewPublished(pr, crd, proj, revision, compiled))
 }
 
 func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition, res *ferryv1.PublishResult) error {

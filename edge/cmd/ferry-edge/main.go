@@ -30,6 +30,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "render" {
+		if err := runRender(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-edge render: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "ferry-edge: %v\n", err)
 		os.Exit(1)
