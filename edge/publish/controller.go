@@ -70,6 +70,8 @@ type Reconciler struct {
 	Store  *Store
 	Sync   SyncRegistry
 	Log    logr.Logger
+	// Builtins describes kinds no CRD defines; nil publishes CRDs only.
+	Builtins *Builtins
 
 	mu sync.Mutex
 	// written is the status this reconciler last wrote per
@@ -205,7 +207,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if crd == nil {
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonCRDNotFound,
-			fmt.Sprintf("no CRD defines kind %s in group %s on the service cluster; publishing starts by itself once it exists",
+			fmt.Sprintf("no CRD defines kind %s in group %s on the service cluster, and it serves no built-in kind of that name; publishing starts by itself once it exists",
 				pr.Spec.Resource.Kind, pr.Spec.Resource.APIGroup), nil)
 	}
 	proj, err := Project(&pr, crd, group)
@@ -456,16 +458,21 @@ func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.Pub
 	}
 }
 
-// findCRD returns the CRD defining the source resource, or nil.
+// findCRD returns the CRD defining the source resource, or nil. A kind no
+// CRD defines is looked up among the service cluster's built-in kinds
+// (Builtins), described as a CRD.
 func (r *Reconciler) findCRD(ctx context.Context, src ferryv1alpha1.SourceResource) (*apiextensionsv1.CustomResourceDefinition, error) {
 	var list apiextensionsv1.CustomResourceDefinitionList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{crdGroupKindIndex: src.APIGroup + "/" + src.Kind}); err != nil {
 		return nil, fmt.Errorf("cannot list CRDs: %w", err)
 	}
-	if len(list.Items) == 0 {
+	if len(list.Items) > 0 {
+		return &list.Items[0], nil
+	}
+	if r.Builtins == nil {
 		return nil, nil
 	}
-	return &list.Items[0], nil
+	return r.Builtins.CRDFor(ctx, src)
 }
 
 // projectionChange tells (as a message for the Published condition) how
