@@ -532,7 +532,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		labelledFor(existing, pub) && !e.drifted(k, existing) && !e.resendPending(k) {
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
-		e.record(k, hash, pub.Shape, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
+		e.record(k, hash, pub.Shape, existing.GetNamespace(), existing.GetName(), copyGeneration(existing))
 		return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
 	}
 	var obj unstructured.Unstructured
@@ -590,7 +590,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if err != nil {
 		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", pub.LocalKind, nsName(ns, name), err)
 	}
-	e.record(k, hash, pub.Shape, ns, name, got.GetGeneration())
+	e.record(k, hash, pub.Shape, ns, name, copyGeneration(got))
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 }
 

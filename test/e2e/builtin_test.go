@@ -90,6 +90,14 @@ func TestPublishBuiltinKinds(t *testing.T) {
 	}
 	e.waitLocal(t, "default", "colours", dataIs("green"))
 
+	// A ConfigMap has no generation: a local edit of its data is found by
+	// its content, and repaired like a CRD object's spec.
+	if _, err := e.local.Namespace(local.GetNamespace()).Patch(ctx, local.GetName(), "application/merge-patch+json",
+		[]byte(`{"data":{"colour":"red"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLocal(t, "default", "colours", dataIs("green"))
+
 	if err := e.remote.Namespace("default").Delete(ctx, "colours", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
