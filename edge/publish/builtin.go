@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/openapi"
@@ -69,53 +67,26 @@ func (b *Builtins) CRDFor(ctx context.Context, src ferryv1alpha1.SourceResource)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the service cluster's OpenAPI v3 discovery: %w", err)
 	}
-	name := plural
-	if src.APIGroup != "" {
-		name += "." + src.APIGroup
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: src.APIGroup,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{
-				Kind: src.Kind, ListKind: src.Kind + "List", Plural: plural, Singular: strings.ToLower(src.Kind),
-			},
-			Scope: apiextensionsv1.ClusterScoped,
-		},
-	}
-	if mappings[0].Scope.Name() == meta.RESTScopeNameNamespace {
-		crd.Spec.Scope = apiextensionsv1.NamespaceScoped
-	}
 	// The mapper lists the preferred version first: it is the storage
 	// version when selected.
 	preferred := mappings[0].Resource.Version
+	var versions []openapischema.Version
 	for _, v := range projection.SelectedVersions(&src) {
 		if !slices.ContainsFunc(mappings, func(m *meta.RESTMapping) bool { return m.Resource.Version == v }) {
 			continue
 		}
-		gvk := schema.GroupVersionKind{Group: src.APIGroup, Version: v, Kind: src.Kind}
-		s, err := b.schema(ctx, paths, gvk)
+		s, err := b.schema(ctx, paths, schema.GroupVersionKind{Group: src.APIGroup, Version: v, Kind: src.Kind})
 		if err != nil {
 			return nil, err
 		}
-		version := apiextensionsv1.CustomResourceDefinitionVersion{
-			Name: v, Served: true, Storage: v == preferred,
-			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: s.Props.DeepCopy()},
-		}
-		if s.HasStatus {
-			// Built-in kinds with a status field serve it as a status
-			// subresource (Deployment, Namespace); ConfigMap and Role have
-			// none.
-			version.Subresources = &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
-		}
-		crd.Spec.Versions = append(crd.Spec.Versions, version)
+		versions = append(versions, openapischema.Version{Name: v, Storage: v == preferred, Schema: s})
 	}
-	if len(crd.Spec.Versions) == 0 {
+	if len(versions) == 0 {
 		// None of the selected versions is served: projecting this says
 		// which one is missing and which the cluster has.
-		crd.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{{Name: preferred, Served: true, Storage: true}}
+		versions = []openapischema.Version{{Name: preferred, Storage: true}}
 	}
+	crd := openapischema.DescribeAsCRD(gk, plural, mappings[0].Scope.Name() == meta.RESTScopeNameNamespace, versions)
 	return crd, nil
 }
 

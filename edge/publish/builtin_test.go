@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -62,7 +63,7 @@ func builtinMapper() meta.RESTMapper {
 
 func newBuiltins(t *testing.T, h *harness) (*Builtins, *fakeOpenAPI) {
 	t.Helper()
-	doc, err := os.ReadFile("testdata/openapi-v3.json")
+	doc, err := os.ReadFile(filepath.Join("..", "..", "pkg", "openapischema", "testdata", "sample.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

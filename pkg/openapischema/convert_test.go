@@ -168,3 +168,36 @@ func lookup(p *apiextensionsv1.JSONSchemaProps, path string) *apiextensionsv1.JS
 	}
 	return p
 }
+
+// TestResourceOf reads plural and scope from a document's paths: the
+// plain read of one object, not its list or a subresource.
+func TestResourceOf(t *testing.T) {
+	doc, err := os.ReadFile("testdata/sample.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		gvk        schema.GroupVersionKind
+		plural     string
+		namespaced bool
+		err        string
+	}{
+		{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, plural: "configmaps", namespaced: true},
+		{gvk: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"}, plural: "roles", namespaced: true},
+		{gvk: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Workload"}, plural: "workloads"},
+		{gvk: schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, err: "no path that reads a Secret"},
+	} {
+		t.Run(tc.gvk.Kind, func(t *testing.T) {
+			plural, namespaced, err := ResourceOf(doc, tc.gvk)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || plural != tc.plural || namespaced != tc.namespaced {
+				t.Fatalf("%q namespaced=%v (%v), want %q namespaced=%v", plural, namespaced, err, tc.plural, tc.namespaced)
+			}
+		})
+	}
+}

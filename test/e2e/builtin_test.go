@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -51,6 +54,35 @@ func TestPublishBuiltinKinds(t *testing.T) {
 		if exportSchema(p.apiExport(t), p.export.Name, plural) != want {
 			t.Errorf("the APIExport does not serve %s from %s", plural, want)
 		}
+	}
+
+	// render, given the service cluster's OpenAPI document, names the
+	// schema the edge derived from discovery and the broker created.
+	kube, err := kubernetes.NewForConfig(p.serviceCluster().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := kube.Discovery().RESTClient().Get().AbsPath("/openapi/v3/api/v1").Do(context.Background()).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docFile := filepath.Join(t.TempDir(), "core-v1.json")
+	prFile := filepath.Join(t.TempDir(), "configmaps.yaml")
+	writeFile(t, docFile, string(doc))
+	writeFile(t, prFile, `apiVersion: ferry.dev/v1alpha1
+kind: PublishedResource
+metadata:
+  name: builtin-configmaps
+spec:
+  resource: {apiGroup: "", version: v1, kind: ConfigMap}
+  projection: {kind: AppSetting}
+`)
+	out, err := exec.Command(env.bins.Edge, "render", "-f", prFile, "--openapi", docFile, "--export", p.export.Name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ferry-edge render: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "\n  name: "+pr.Status.ResourceSchemaName+"\n") {
+		t.Fatalf("render does not name the broker's schema %s:\n%s", pr.Status.ResourceSchemaName, out)
 	}
 
 	e := &syncEnv{pubEnv: p, remoteKind: pr.Status.ProjectedKind}

@@ -18,12 +18,13 @@ import (
 	"github.com/ferry-dev/ferry/edge/publish"
 	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/openapischema"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // renderUsage documents `ferry-edge render`.
-const renderUsage = `Usage: ferry-edge render -f PUBLISHEDRESOURCE.yaml --crd CRD.yaml [--object OBJECT.yaml] [--export NAME]
+const renderUsage = `Usage: ferry-edge render -f PUBLISHEDRESOURCE.yaml (--crd CRD.yaml | --openapi DOC.json...) [--object OBJECT.yaml] [--export NAME]
 
 Shows, without any cluster, what publishing a PublishedResource produces:
 the APIResourceSchema the broker creates in kcp (under the same name: it
@@ -33,6 +34,13 @@ copy the edge writes into the service cluster: its namespace and name (the
 naming rules), ferry's labels and annotations, and the content after the
 spec mutations. The output is YAML, one document per result, each with a
 leading comment.
+
+A built-in kind (ConfigMap, rbac Role, …) has no CRD: --openapi takes the
+service cluster's OpenAPI v3 document of its group and version instead
+(kubectl get --raw /openapi/v3/api/v1, /openapi/v3/apis/GROUP/VERSION),
+which the edge converts as it does with the live discovery. With several
+versions, the first selected one is taken as the storage version; the edge
+takes the cluster's preferred one.
 
 A PublishedResource the edge would refuse is refused with the reason and
 message its Published condition would carry; the exit status is then 1.
@@ -45,6 +53,7 @@ exist already, and conflicts with other PublishedResources.
 type renderOptions struct {
 	PublishedResource string
 	CRD               string
+	OpenAPI           []string
 	Object            string
 	Export            string
 	Agent             string
@@ -59,6 +68,7 @@ func runRender(args []string, stdout io.Writer) error {
 	var o renderOptions
 	fs.StringVarP(&o.PublishedResource, "filename", "f", "", "The PublishedResource (YAML, ferry.dev/v1alpha1).")
 	fs.StringVar(&o.CRD, "crd", "", "The CustomResourceDefinition it publishes, as in the service cluster (YAML).")
+	fs.StringSliceVar(&o.OpenAPI, "openapi", nil, "For a built-in kind: the service cluster's OpenAPI v3 document(s) of its group and version (JSON), instead of --crd.")
 	fs.StringVar(&o.Object, "object", "", "A sample object of the projected kind as a consumer writes it in kcp (YAML); its local copy is shown.")
 	fs.StringVar(&o.Export, "export", "", "The APIExport's name (the broker's apiExport.name for this edge): the API group in kcp. Default: the group of --object's apiVersion.")
 	fs.StringVar(&o.Agent, "agent-name", "edge", "The edge's --agent-name (the ferry.dev/agent label on copies).")
@@ -77,8 +87,8 @@ func runRender(args []string, stdout io.Writer) error {
 	if o.PublishedResource == "" {
 		errs = append(errs, errors.New("-f (the PublishedResource) is required"))
 	}
-	if o.CRD == "" {
-		errs = append(errs, errors.New("--crd is required"))
+	if (o.CRD == "") == (len(o.OpenAPI) == 0) {
+		errs = append(errs, errors.New("one of --crd (a CRD) and --openapi (a built-in kind) is required"))
 	}
 	if o.Export == "" && o.Object == "" {
 		errs = append(errs, errors.New("--export is required without --object (the APIExport's name is the API group in kcp)"))
@@ -110,8 +120,16 @@ func readRenderInput(o *renderOptions) (*renderInput, error) {
 	if err := readYAML(o.PublishedResource, ferryv1alpha1.GroupVersion.WithKind("PublishedResource"), in.pr); err != nil {
 		return nil, err
 	}
-	if err := readYAML(o.CRD, apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"), in.crd); err != nil {
-		return nil, err
+	if o.CRD != "" {
+		if err := readYAML(o.CRD, apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"), in.crd); err != nil {
+			return nil, err
+		}
+	} else {
+		crd, err := describeBuiltin(in.pr.Spec.Resource, o.OpenAPI)
+		if err != nil {
+			return nil, err
+		}
+		in.crd = crd
 	}
 	if o.Object != "" {
 		data, err := os.ReadFile(o.Object)
@@ -246,4 +264,54 @@ func writeDoc(w io.Writer, comment string, v any) error {
 	}
 	_, err = fmt.Fprintf(w, "---\n# %s\n%s", comment, data)
 	return err
+}
+
+// describeBuiltin describes src's built-in kind as a CRD from the OpenAPI
+// v3 documents in files, as the edge's Builtins do from discovery.
+func describeBuiltin(src ferryv1alpha1.SourceResource, files []string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	docs := make(map[string][]byte, len(files))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--openapi: %w", err)
+		}
+		docs[f] = data
+	}
+	gk := schema.GroupKind{Group: src.APIGroup, Kind: src.Kind}
+	var (
+		versions   []openapischema.Version
+		plural     string
+		namespaced bool
+	)
+	for i, v := range projection.SelectedVersions(&src) {
+		gvk := gk.WithVersion(v)
+		var found *openapischema.Schema
+		for _, f := range files {
+			s, err := openapischema.Convert(docs[f], gvk)
+			if err != nil {
+				continue // another document's group or version
+			}
+			if plural, namespaced, err = openapischema.ResourceOf(docs[f], gvk); err != nil {
+				return nil, fmt.Errorf("--openapi %s: %w", f, err)
+			}
+			found = s
+			break
+		}
+		if found == nil {
+			return nil, fmt.Errorf("no --openapi document has a schema for %s (the service cluster's is at /openapi/v3/%s)", gvk, openAPIPath(gvk.GroupVersion()))
+		}
+		versions = append(versions, openapischema.Version{Name: v, Storage: i == 0, Schema: found})
+	}
+	if len(versions) == 0 {
+		return nil, errors.New("spec.resource names no version")
+	}
+	return openapischema.DescribeAsCRD(gk, plural, namespaced, versions), nil
+}
+
+// openAPIPath is where an API server serves gv's OpenAPI v3 document.
+func openAPIPath(gv schema.GroupVersion) string {
+	if gv.Group == "" {
+		return "api/" + gv.Version
+	}
+	return "apis/" + gv.Group + "/" + gv.Version
 }

@@ -21,6 +21,7 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files of the r
 func TestRender(t *testing.T) {
 	examples := filepath.Join("..", "..", "..", "deploy", "examples")
 	td := filepath.Join("testdata", "render")
+	openapiDoc := filepath.Join("..", "..", "..", "pkg", "openapischema", "testdata", "sample.json")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -45,6 +46,16 @@ func TestRender(t *testing.T) {
 		{name: "schema only", golden: "widget-schema-only.golden", args: []string{
 			"-f", filepath.Join(td, "widget-schema-only-pr.yaml"), "--crd", filepath.Join(td, "widget-crd.yaml"),
 			"--object", filepath.Join(td, "widget-object.yaml"), "--export", "widgets.example.org",
+		}},
+		{name: "a built-in kind through its OpenAPI document", golden: "configmap.golden", args: []string{
+			"-f", filepath.Join(td, "configmap-pr.yaml"), "--openapi", openapiDoc,
+			"--object", filepath.Join(td, "configmap-object.yaml"), "--cluster", "2x9gq1cwbd4ayn2p",
+		}},
+		{name: "a built-in kind no document describes", failure: "no --openapi document has a schema for /v1, Kind=ConfigMap (the service cluster's is at /openapi/v3/api/v1)", args: []string{
+			"-f", filepath.Join(td, "configmap-pr.yaml"), "--openapi", filepath.Join(td, "widget-crd.yaml"), "--export", "settings.example.org",
+		}},
+		{name: "both a CRD and an OpenAPI document", failure: "one of --crd (a CRD) and --openapi (a built-in kind) is required", args: []string{
+			"-f", filepath.Join(td, "configmap-pr.yaml"), "--openapi", openapiDoc, "--crd", filepath.Join(td, "widget-crd.yaml"), "--export", "settings.example.org",
 		}},
 		{name: "a version the CRD lacks", reason: "VersionNotFound", message: `version "v2" not found in CRD widgets.render.example.com (it has v1alpha1, v1)`, args: []string{
 			"-f", filepath.Join(td, "widget-bad-version-pr.yaml"), "--crd", filepath.Join(td, "widget-crd.yaml"), "--export", "widgets.example.org",
