@@ -171,11 +171,13 @@ func (c *converter) convert(node map[string]any, path []string, depth int) (*api
 			out.Enum = append(out.Enum, apiextensionsv1.JSON{Raw: raw})
 		}
 	}
-	if d, ok := node["default"]; ok && isScalar(d) {
+	if d, ok := node["default"]; ok && isScalar(d) && inEnum(d, out.Enum) {
 		// Object and array defaults ({} and [] in kube-openapi) are left
 		// out: they would be applied to every object kcp stores, which
 		// the built-in kind does not do. Scalar defaults are kept: list
-		// map keys need them (a port's protocol).
+		// map keys need them (a port's protocol). kube-openapi gives enum
+		// strings the zero value "" as default, which their enum does not
+		// allow: a default outside the enum is left out.
 		raw, err := json.Marshal(d)
 		if err != nil {
 			return nil, err
@@ -332,6 +334,24 @@ func structural(out *apiextensionsv1.JSONSchemaProps) {
 			}
 		}
 	}
+}
+
+// inEnum tells whether v is one of enum's values (any value when enum is
+// empty).
+func inEnum(v any, enum []apiextensionsv1.JSON) bool {
+	if len(enum) == 0 {
+		return true
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	for _, e := range enum {
+		if string(e.Raw) == string(raw) {
+			return true
+		}
+	}
+	return false
 }
 
 func isScalar(v any) bool {

@@ -61,6 +61,9 @@ func TestConvert(t *testing.T) {
 				"spec.ports":                  `{"type":"array","x-kubernetes-list-type":"map","x-kubernetes-list-map-keys":["containerPort","protocol"]}`,
 				"spec.ports.[].containerPort": `{"type":"integer","format":"int32","minimum":1,"maximum":65535}`,
 				"spec.ports.[].protocol":      `{"type":"string","default":"TCP"}`,
+				// kube-openapi's "" default of an enum string it does
+				// not allow: left out.
+				"spec.ports.[].effect": `{"type":"string","enum":["NoExecute","NoSchedule"],"default":null}`,
 				// ip is neither required nor defaulted: not a valid map key
 				// in a CRD, so the list is atomic.
 				"spec.hosts":      `{"type":"array","x-kubernetes-list-type":"atomic"}`,
