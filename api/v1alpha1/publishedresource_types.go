@@ -209,9 +209,11 @@ func (s *PublishedResourceSpec) SyncDisabled() bool {
 // serves (as api-syncagent does).
 // +kubebuilder:validation:XValidation:rule="!(has(self.version) && has(self.versions))",message="set at most one of version and versions (neither publishes every version the CRD serves)"
 type SourceResource struct {
-	// APIGroup of the CRD, e.g. "cert-manager.io".
+	// APIGroup of the CRD, e.g. "cert-manager.io", or of a built-in kind
+	// of the service cluster (e.g. "rbac.authorization.k8s.io"; "" is the
+	// core group of ConfigMap). A kind no CRD defines is published through
+	// the schema the service cluster's OpenAPI v3 discovery gives it.
 	// +required
-	// +kubebuilder:validation:MinLength=1
 	APIGroup string `json:"apiGroup"`
 
 	// Version publishes a single version, e.g. "v1". Neither version nor
@@ -226,7 +228,7 @@ type SourceResource struct {
 	// +listType=set
 	Versions []string `json:"versions,omitempty"`
 
-	// Kind of the CRD, e.g. "Certificate".
+	// Kind of the CRD or built-in kind, e.g. "Certificate" or "ConfigMap".
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	Kind string `json:"kind"`

@@ -173,10 +173,7 @@ func Forget(owners Owners, publishedResource string) {
 func mergeExport(spec *apisv1alpha2.APIExportSpec, group, plural, schemaName string, claims []apisv1alpha2.PermissionClaim) bool {
 	changed := false
 	i := slices.IndexFunc(spec.Resources, func(r apisv1alpha2.ResourceSchema) bool { return r.Group == group && r.Name == plural })
-	want := apisv1alpha2.ResourceSchema{
-		Group: group, Name: plural, Schema: schemaName,
-		Storage: apisv1alpha2.ResourceSchemaStorage{CRD: &apisv1alpha2.ResourceSchemaStorageCRD{}},
-	}
+	want := projection.ExportEntry(group, plural, schemaName)
 	switch {
 	case i < 0:
 		spec.Resources = append(spec.Resources, want)

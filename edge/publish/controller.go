@@ -34,11 +34,8 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/edge/replication"
-	"github.com/ferry-dev/ferry/pkg/mutation"
-	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
-	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Field indexes: CRDs and PublishedResources by "group/kind".
@@ -73,6 +70,8 @@ type Reconciler struct {
 	Store  *Store
 	Sync   SyncRegistry
 	Log    logr.Logger
+	// Builtins describes kinds no CRD defines; nil publishes CRDs only.
+	Builtins *Builtins
 
 	mu sync.Mutex
 	// written is the status this reconciler last wrote per
@@ -208,15 +207,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if crd == nil {
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonCRDNotFound,
-			fmt.Sprintf("no CRD defines kind %s in group %s on the service cluster; publishing starts by itself once it exists",
+			fmt.Sprintf("no CRD defines kind %s in group %s on the service cluster, and it serves no built-in kind of that name; publishing starts by itself once it exists",
 				pr.Spec.Resource.Kind, pr.Spec.Resource.APIGroup), nil)
 	}
-	proj, err := projection.Project(&pr.Spec, crd, group)
+	proj, err := Project(&pr, crd, group)
 	if err != nil {
 		r.withdraw(pr.Name)
-		var pe *projection.Error
-		if errors.As(err, &pe) {
-			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, pe.Reason, pe.Message, nil)
+		var refusal *Refusal
+		if errors.As(err, &refusal) {
+			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, refusal.Reason, refusal.Message, nil)
 		}
 		return reconcile.Result{}, err
 	}
@@ -240,49 +239,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				winner, proj.Resource.Resource), nil)
 	}
 
-	if pr.Spec.Filter != nil {
-		// Admission cannot check filter.namespace's type (a string or a
-		// selector, see NamespaceFilter): refused here instead.
-		if err := pr.Spec.Filter.Namespace.Validate(); err != nil {
-			r.withdraw(pr.Name)
-			return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonFilterInvalid, err.Error(), nil)
-		}
-	}
-
-	rules, err := naming.Compile(pr.Spec.Naming)
-	if err != nil {
+	compiled, refusal := CompileRules(&pr, crd)
+	if refusal != nil {
 		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
-	}
-	// Templates are tried on a sample object of the kind: one naming data
-	// the model lacks would fail on every object, so it is refused here.
-	sampleVersion := localResource(crd).Version
-	sampleAPIVersion, namespaced := crd.Spec.Group+"/"+sampleVersion, crd.Spec.Scope == apiextensionsv1.NamespaceScoped
-	sample := templating.SampleData(sampleAPIVersion, crd.Spec.Names.Kind, namespaced)
-	if err := rules.Check(sampleAPIVersion, crd.Spec.Names.Kind, namespaced); err != nil {
-		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, err.Error(), nil)
-	}
-	if msg := namingCollisionRefusal(pr.Spec.Naming, rules, crd.Spec.Scope == apiextensionsv1.NamespaceScoped); msg != "" {
-		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonNamingInvalid, msg, nil)
-	}
-
-	var specMuts, statusMuts []ferryv1alpha1.ResourceMutation
-	if m := pr.Spec.Mutation; m != nil {
-		specMuts, statusMuts = m.Spec, m.Status
-	}
-	specMutator, err := mutation.Compile("spec.mutation.spec", specMuts)
-	var statusMutator *mutation.Mutator
-	if err == nil {
-		statusMutator, err = mutation.Compile("spec.mutation.status", statusMuts)
-	}
-	if err == nil {
-		err = errors.Join(specMutator.Check(sample), statusMutator.Check(sample))
-	}
-	if err != nil {
-		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonMutationInvalid, err.Error(), nil)
+		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, refusal.Reason, refusal.Message, nil)
 	}
 
 	relatedRefs, err := r.compileRelated(&pr, crd)
@@ -290,12 +250,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonRelatedInvalid, err.Error(), nil)
 	}
-	serviceOwned, err := replication.CompileServiceOwned(pr.Spec.ServiceOwnedPaths)
-	if err != nil {
-		r.withdraw(pr.Name)
-		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonServiceOwnedPathsInvalid, err.Error(), nil)
-	}
-
 	msg, err := newPublish(&pr, crd)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -327,10 +281,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Sync is registered as soon as the real projection is known, not
 		// after the broker's answer, so the local copies are watched (and
 		// inventoried) early after a (re)connect.
-		r.registerSync(&pr, crd, proj, msg.GetRevision(), &replication.Published{
-			Naming: rules, SpecMutator: specMutator, StatusMutator: statusMutator, Related: relatedRefs, ServiceOwned: serviceOwned,
-			AllowExistingNamespaces: pr.Spec.Naming != nil && pr.Spec.Naming.AllowExistingNamespaces,
-		})
+		compiled.Related = relatedRefs
+		r.registerSync(&pr, crd, proj, msg.GetRevision(), compiled)
 	}
 	result := reconcile.Result{RequeueAfter: requeue}
 	switch {
@@ -479,31 +431,7 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		r.Sync.RemovePublished(pr.Name)
 		return
 	}
-	served := proj.Resource
-	localVersion := ""
-	for src, dst := range proj.VersionMap {
-		if dst == served.Version {
-			localVersion = src
-		}
-	}
-	r.Sync.SetPublished(&replication.Published{
-		Name:          pr.Name,
-		Remote:        served,
-		Local:         schema.GroupVersionResource{Group: crd.Spec.Group, Version: localVersion, Resource: crd.Spec.Names.Plural},
-		LocalKind:     crd.Spec.Names.Kind,
-		Namespaced:    crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
-		HasStatus:     hasStatusSubresource(crd, projection.SelectedVersions(&pr.Spec.Resource, crd)),
-		Naming:        compiled.Naming,
-		SpecMutator:   compiled.SpecMutator,
-		StatusMutator: compiled.StatusMutator,
-		Related:       compiled.Related,
-		Revision:      revision,
-		Shape:         copyShape(pr, crd),
-
-		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
-		KeepLocalEdits:          pr.Spec.EffectiveLocalEdits() == ferryv1alpha1.LocalEditsKeep,
-		ServiceOwned:            compiled.ServiceOwned,
-	})
+	r.Sync.SetPublished(NewPublished(pr, crd, proj, revision, compiled))
 }
 
 func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition, res *ferryv1.PublishResult) error {
@@ -529,16 +457,21 @@ func (r *Reconciler) statusFromResult(ctx context.Context, pr *ferryv1alpha1.Pub
 	}
 }
 
-// findCRD returns the CRD defining the source resource, or nil.
+// findCRD returns the CRD defining the source resource, or nil. A kind no
+// CRD defines is looked up among the service cluster's built-in kinds
+// (Builtins), described as a CRD.
 func (r *Reconciler) findCRD(ctx context.Context, src ferryv1alpha1.SourceResource) (*apiextensionsv1.CustomResourceDefinition, error) {
 	var list apiextensionsv1.CustomResourceDefinitionList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{crdGroupKindIndex: src.APIGroup + "/" + src.Kind}); err != nil {
 		return nil, fmt.Errorf("cannot list CRDs: %w", err)
 	}
-	if len(list.Items) == 0 {
+	if len(list.Items) > 0 {
+		return &list.Items[0], nil
+	}
+	if r.Builtins == nil {
 		return nil, nil
 	}
-	return &list.Items[0], nil
+	return r.Builtins.CRDFor(ctx, src)
 }
 
 // projectionChange tells (as a message for the Published condition) how

@@ -1,6 +1,10 @@
 package replication
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+
 	"github.com/ferry-dev/ferry/pkg/logging"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -55,7 +59,7 @@ func (e *Engine) drifted(k ledgerKey, u *unstructured.Unstructured) bool {
 
 func (e *Engine) driftedLocked(k ledgerKey, u *unstructured.Unstructured) bool {
 	ann := u.GetAnnotations()
-	return e.ledger.drifted(k, u.GetGeneration(), ann[naming.AnnotationContentHash], ann[naming.AnnotationShape])
+	return e.ledger.drifted(k, copyGeneration(u), ann[naming.AnnotationContentHash], ann[naming.AnnotationShape])
 }
 
 // checkCopy looks at k's copy again from the apply queue — after any apply
@@ -105,7 +109,7 @@ func (e *Engine) repairIfDrifted(w *localWatch, old, obj any) {
 	}
 	// A moved generation under unchanged hash and shape annotations is
 	// someone else's spec change (this edge's own applies change one).
-	if o, ok := old.(*unstructured.Unstructured); ok && o.GetGeneration() != u.GetGeneration() &&
+	if o, ok := old.(*unstructured.Unstructured); ok && copyGeneration(o) != copyGeneration(u) &&
 		o.GetAnnotations()[naming.AnnotationContentHash] == u.GetAnnotations()[naming.AnnotationContentHash] &&
 		o.GetAnnotations()[naming.AnnotationShape] == u.GetAnnotations()[naming.AnnotationShape] {
 		e.mu.Lock()
@@ -117,4 +121,28 @@ func (e *Engine) repairIfDrifted(w *localWatch, old, obj any) {
 		}
 		e.askResendLocked(k, "changed")
 	}
+}
+
+// copyGeneration is what tells a copy's content changed: its generation,
+// or, for kinds whose API server keeps none (ConfigMap, Secret, rbac Role:
+// generation stays 0), a fingerprint of everything but metadata and status.
+// A metadata-only write by someone else then changes nothing; a change of
+// data or rules is drift like a spec change of a CRD's object.
+func copyGeneration(u *unstructured.Unstructured) int64 {
+	if g := u.GetGeneration(); g != 0 {
+		return g
+	}
+	content := make(map[string]any, len(u.Object))
+	for k, v := range u.Object {
+		if k != "metadata" && k != "status" {
+			content[k] = v
+		}
+	}
+	data, err := json.Marshal(content) // sorted keys: a stable fingerprint
+	if err != nil {
+		return 0
+	}
+	sum := sha256.Sum256(data)
+	// Never 0 (a kind's "no generation"), never negative.
+	return int64(binary.BigEndian.Uint64(sum[:8])>>1) | 1
 }

@@ -43,9 +43,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
-	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
-	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/outbox"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/refindex"
@@ -535,7 +533,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		labelledFor(existing, pub) && !e.drifted(k, existing) && !e.resendPending(k) {
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
-		e.record(k, hash, pub.Shape, existing.GetNamespace(), existing.GetName(), existing.GetGeneration())
+		e.record(k, hash, pub.Shape, existing.GetNamespace(), existing.GetName(), copyGeneration(existing))
 		return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
 	}
 	var obj unstructured.Unstructured
@@ -574,36 +572,17 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 			return nack(in, classify(err), true, "%v", err)
 		}
 	}
-	local := objects.DesiredState(&obj)
-	objects.Retype(local, pub.LocalGVK())
-	// Mutations see where the copy goes and which workspace it comes from
-	// (metadata.namespace/name are the local ones, the ferry.dev/remote-*
-	// labels and annotations are set), so a service owner can derive
-	// unique names of related objects from them.
-	local.SetNamespace(ns)
-	local.SetName(name)
-	local.SetLabels(objects.MergeStrings(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)), pub.ownerLabels()))
-	local.SetAnnotations(objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote)))
 	var existingObj map[string]any
 	if existing != nil {
 		existingObj = existing.Object
 	}
-	if err := pub.SpecMutator.Apply(local.Object, mutation.Objects{Local: existingObj, Remote: obj.Object}); err != nil {
-		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "mutation failed: %v", err)
+	local, err := pub.DesiredCopy(&obj, Copy{
+		Agent: e.opts.Agent, Remote: remote, Namespace: ns, Name: name, Existing: existingObj,
+		ResourceVersion: in.GetVersion().GetResourceVersion(), ContentHash: hash,
+	})
+	if err != nil {
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "%v", err)
 	}
-	// Identity and bookkeeping are set after mutations, which cannot change them.
-	local.SetNamespace(ns)
-	local.SetName(name)
-	local.SetLabels(objects.MergeStrings(objects.MergeStrings(local.GetLabels(), naming.Labels(e.opts.Agent, remote)), pub.ownerLabels()))
-	ann := objects.MergeStrings(local.GetAnnotations(), naming.Annotations(remote))
-	ann[naming.AnnotationResourceVersion] = in.GetVersion().GetResourceVersion()
-	if hash != "" {
-		ann[naming.AnnotationContentHash] = hash
-	}
-	if pub.Shape != "" {
-		ann[naming.AnnotationShape] = pub.Shape
-	}
-	local.SetAnnotations(ann)
 	// Service-owned paths (serviceowned.go) are handed over on an existing
 	// copy whose hand-over does not cover them yet, and left out.
 	owned := pub.ServiceOwned
@@ -633,7 +612,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if got, err = e.serviceOwnedAfter(ctx, pub, existing, local, got); err != nil {
 		return nack(in, classify(err), true, "%v", err)
 	}
-	e.record(k, hash, pub.Shape, ns, name, got.GetGeneration())
+	e.record(k, hash, pub.Shape, ns, name, copyGeneration(got))
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 }
 

@@ -423,6 +423,18 @@ func TestDriftOfCopiesFromAnEarlierProcess(t *testing.T) {
 		u.SetGeneration(generation)
 		return u
 	}
+	withContent := func(u *unstructured.Unstructured, x string) *unstructured.Unstructured {
+		u = u.DeepCopy()
+		u.Object["data"] = map[string]any{"x": x}
+		return u
+	}
+	withLabel := func(u *unstructured.Unstructured, k, v string) *unstructured.Unstructured {
+		u = u.DeepCopy()
+		l := u.GetLabels()
+		l[k] = v
+		u.SetLabels(l)
+		return u
+	}
 	_, remote := remoteThing()
 	base := localCopy(remote)
 	for _, tc := range []struct {
@@ -434,6 +446,10 @@ func TestDriftOfCopiesFromAnEarlierProcess(t *testing.T) {
 		{name: "spec changed by someone else", old: withHash(base, "h1", 1), obj: withHash(base, "h1", 2), want: "changed"},
 		{name: "status or metadata written", old: withHash(base, "h1", 1), obj: withHash(base, "h1", 1)},
 		{name: "this edge applied a new state", old: withHash(base, "h1", 1), obj: withHash(base, "h2", 2)},
+		// Kinds whose API server keeps no generation (ConfigMap, Role)
+		// are judged by their content.
+		{name: "content of a kind without generation changed by someone else", old: withContent(withHash(base, "h1", 0), "a"), obj: withContent(withHash(base, "h1", 0), "b"), want: "changed"},
+		{name: "metadata of a kind without generation written", old: withContent(withHash(base, "h1", 0), "a"), obj: withLabel(withContent(withHash(base, "h1", 0), "a"), "team", "red")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, w, _ := testEngine(t, true)

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
+	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,13 +62,17 @@ type Result struct {
 
 // SelectedVersions returns the source versions spec selects: version,
 // versions, or — when neither is set, as api-syncagent documents it —
-// every version crd serves.
+// every version crd serves (nil for a kind without a CRD: the caller
+// chooses).
 func SelectedVersions(spec *ferryv1alpha1.SourceResource, crd *apiextensionsv1.CustomResourceDefinition) []string {
 	switch {
 	case spec.Version != "":
 		return []string{spec.Version}
 	case len(spec.Versions) > 0:
 		return slices.Clone(spec.Versions)
+	}
+	if crd == nil {
+		return nil
 	}
 	var served []string
 	for _, v := range crd.Spec.Versions {
@@ -283,4 +288,14 @@ func storageVersion(versions []apiextensionsv1.CustomResourceDefinitionVersion) 
 		}
 	}
 	return versions[0].Name
+}
+
+// ExportEntry is the APIExport's spec.resources entry that serves a
+// projected resource (plural in group) from the schema named schemaName,
+// stored as CRD-like objects in kcp.
+func ExportEntry(group, plural, schemaName string) apisv1alpha2.ResourceSchema {
+	return apisv1alpha2.ResourceSchema{
+		Group: group, Name: plural, Schema: schemaName,
+		Storage: apisv1alpha2.ResourceSchemaStorage{CRD: &apisv1alpha2.ResourceSchemaStorageCRD{}},
+	}
 }

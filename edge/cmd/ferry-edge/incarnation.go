@@ -218,7 +218,9 @@ func (p *edgeProcess) runIncarnation(ctx context.Context, n int) error {
 	objects := objectlog.New(nil)
 	engine := replication.NewEngine(replication.Options{Agent: opts.AgentName, Dynamic: dyn, Kube: kube, Wake: wake, Log: log.WithName("replica"),
 		RelatedClusterWide: opts.RelatedCacheClusterWide, Observer: replication.Observers(p.metrics, objects)})
-	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
+	builtins := &publish.Builtins{Mapper: mgr.GetRESTMapper(), Reader: mgr.GetAPIReader(), OpenAPI: kube.Discovery().OpenAPIV3WithContext(ctx)}
+	if err := (&publish.Reconciler{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Store: store, Sync: engine, Builtins: builtins,
+		Log: log.WithName("publish")}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("cannot set up the PublishedResource controller: %w", err)
 	}
 	handler := session.NewHandler(store, engine, pending)

@@ -1,7 +1,8 @@
 // Command ferry-edge runs in a service cluster: it publishes the CRDs its
 // PublishedResources name through the ferry broker it dials. `ferry-edge
 // migrate` converts the PublishedResources of api-syncagent and of the KDP
-// servlet into ferry's.
+// servlet into ferry's; `ferry-edge render` previews offline what a
+// PublishedResource publishes and how an object is copied.
 package main
 
 import (
@@ -35,6 +36,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "migrate" {
 		if err := runMigrate(os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "ferry-edge migrate: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "render" {
+		if err := runRender(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-edge render: %v\n", err)
 			os.Exit(1)
 		}
 		return
