@@ -474,6 +474,8 @@ func (r *Reconciler) registerSync(pr *ferryv1alpha1.PublishedResource, crd *apie
 		Shape:         copyShape(pr, crd),
 
 		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
+		ConflictPolicy:          pr.Spec.EffectiveConflictPolicy(),
+		Adopt:                   pr.Spec.Adopt.DeepCopy(),
 	})
 }
 

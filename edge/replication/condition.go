@@ -53,19 +53,22 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 		e.mu.Unlock()
 		return nil
 	}
-	want := syncedConditionLocked(w, e.ledger.conflicts(name))
+	conflicts := e.ledger.conflicts(name)
+	want := syncedConditionLocked(w, conflicts)
 	written := w.condition
 	e.mu.Unlock()
 	if written != nil && *written == want {
 		return nil
 	}
+	// status.conflicts goes with the condition that tells of them (one
+	// apply; the message changes whenever the count does).
 	pr := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ferryv1alpha1.GroupVersion.String(), "kind": "PublishedResource",
 		"metadata": map[string]any{"name": name},
 		"status": map[string]any{"conditions": []any{map[string]any{
 			"type": ferryv1alpha1.ConditionSynced, "status": string(want.status), "reason": want.reason,
 			"message": want.message, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}},
+		}}, "conflicts": int64(conflicts)},
 	}}
 	_, err := e.opts.Dynamic.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).
 		ApplyStatus(ctx, name, pr, metav1.ApplyOptions{FieldManager: conditionFieldManager, Force: true})
