@@ -172,6 +172,11 @@ type Manager struct {
 	relReports map[item]*ferryv1.RelatedObjectReport
 	relCopies  map[relatedPlace]item
 
+	// adopted holds the objects whose copy the edge adopted from another
+	// sync agent, with that agent's finalizer, until it is replaced by
+	// the broker's (adoption.go).
+	adopted map[objectID]string
+
 	// resyncActive is the resync an admin asked for, while it runs;
 	// resyncLast the last one (resync.go).
 	resyncActive, resyncLast *Resync
@@ -198,6 +203,7 @@ func NewManager(o Options) *Manager {
 		inventory:   map[string]map[objectID]string{},
 		ledger:      newLedger(),
 		resyncing:   map[item]struct{}{},
+		adopted:     map[objectID]string{},
 		inventoried: map[string]bool{},
 		unlisted:    map[string]map[objectID]string{},
 		paths:       map[string]string{},

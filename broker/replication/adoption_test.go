@@ -1,0 +1,81 @@
+package replication
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+)
+
+// withFinalizers sets u's finalizers.
+func withFinalizers(u *unstructured.Unstructured, f ...string) *unstructured.Unstructured {
+	u.SetFinalizers(f)
+	return u
+}
+
+// TestAdoptedFinalizerSwap: once the edge acks an upsert saying it adopted
+// api-syncagent's copy, the broker replaces api-syncagent's finalizer on
+// the kcp object with its own in one patch (never leaving the object
+// unguarded); without that word, for another UID, or for an agent the
+// protocol does not name, api-syncagent's finalizer stays. Other
+// finalizers are kept.
+func TestAdoptedFinalizerSwap(t *testing.T) {
+	spec := map[string]any{"size": int64(1)}
+	upsert := func(uid string) *ferryv1.SyncIntent {
+		k := thingKey()
+		k.Uid = uid
+		return &ferryv1.SyncIntent{Key: k, PublishedResource: "pr", Version: &ferryv1.ObjectVersion{Sequence: 1},
+			Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{ContentHash: "h"}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		obj    *unstructured.Unstructured
+		intent *ferryv1.SyncIntent
+		from   ferryv1.AdoptedFrom
+		// release: the edge then confirms the copy's deletion.
+		release bool
+		want    []string
+	}{
+		{name: "both finalizers: api-syncagent's goes", obj: withFinalizers(thing("1", spec, nil), SyncAgentFinalizer, "ferry.dev/nora", "svc.example/keep"),
+			intent: upsert("u-a"), from: ferryv1.AdoptedFrom_ADOPTED_FROM_API_SYNCAGENT, want: []string{"ferry.dev/nora", "svc.example/keep"}},
+		{name: "only api-syncagent's: swapped in one patch", obj: withFinalizers(thing("1", spec, nil), SyncAgentFinalizer),
+			intent: upsert("u-a"), from: ferryv1.AdoptedFrom_ADOPTED_FROM_API_SYNCAGENT, want: []string{"ferry.dev/nora"}},
+		{name: "an ack that adopted nothing: api-syncagent's stays", obj: withFinalizers(thing("1", spec, nil), SyncAgentFinalizer, "ferry.dev/nora"),
+			intent: upsert("u-a"), want: []string{SyncAgentFinalizer, "ferry.dev/nora"}},
+		{name: "an ack for another UID (an older object of the name): api-syncagent's stays",
+			obj:    withFinalizers(thing("1", spec, nil), SyncAgentFinalizer, "ferry.dev/nora"),
+			intent: upsert("u-old"), from: ferryv1.AdoptedFrom_ADOPTED_FROM_API_SYNCAGENT, want: []string{SyncAgentFinalizer, "ferry.dev/nora"}},
+		{name: "an unknown agent: nothing removed", obj: withFinalizers(thing("1", spec, nil), SyncAgentFinalizer, "ferry.dev/nora"),
+			intent: upsert("u-a"), from: ferryv1.AdoptedFrom(42), want: []string{SyncAgentFinalizer, "ferry.dev/nora"}},
+		{name: "deleted in kcp before the swap: the deletion confirmation releases both",
+			obj:    deleting(withFinalizers(thing("1", spec, nil), SyncAgentFinalizer, "ferry.dev/nora", "svc.example/keep")),
+			intent: upsert("u-a"), from: ferryv1.AdoptedFrom_ADOPTED_FROM_API_SYNCAGENT, release: true, want: []string{"svc.example/keep"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, thingsResource(), tc.obj)
+			e.m.Adopted("pr", tc.intent, tc.from)
+			if tc.release {
+				if err := e.m.Release(context.Background(), "pr", thingKey()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				drainFinalizers(t, e.m)
+			}
+			got, err := e.kcp.Resource(thingsGVR).Namespace("ns").Get(context.Background(), "a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := got.GetFinalizers()
+			slices.Sort(f)
+			want := slices.Clone(tc.want)
+			slices.Sort(want)
+			if !slices.Equal(f, want) {
+				t.Fatalf("finalizers %v, want %v", f, want)
+			}
+		})
+	}
+}
