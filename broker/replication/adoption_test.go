@@ -79,3 +79,32 @@ func TestAdoptedFinalizerSwap(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoptedFinalizerSwapFromInventory: an adoption whose ack was lost
+// with a stream is repeated by the edge's inventory (an unchanged object
+// is not sent again, so no new ack would come): the swap is done then.
+func TestAdoptedFinalizerSwapFromInventory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		from ferryv1.AdoptedFrom
+		want []string
+	}{
+		{name: "listed as adopted from api-syncagent", from: ferryv1.AdoptedFrom_ADOPTED_FROM_API_SYNCAGENT, want: []string{"ferry.dev/nora"}},
+		{name: "listed without adoption", want: []string{SyncAgentFinalizer, "ferry.dev/nora"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, thingsResource(), withFinalizers(thing("1", map[string]any{"size": int64(1)}, nil), SyncAgentFinalizer, "ferry.dev/nora"))
+			e.m.Inventory(&ferryv1.Inventory{PublishedResource: "pr", Complete: true, Entries: []*ferryv1.InventoryEntry{
+				{Key: thingKey(), AppliedHash: "h", PublishedResource: "pr", AdoptedFrom: tc.from},
+			}})
+			drainFinalizers(t, e.m)
+			got, err := e.kcp.Resource(thingsGVR).Namespace("ns").Get(context.Background(), "a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := got.GetFinalizers(); !slices.Equal(f, tc.want) {
+				t.Fatalf("finalizers %v, want %v", f, tc.want)
+			}
+		})
+	}
+}

@@ -1016,7 +1016,11 @@ type InventoryEntry struct {
 	// API (AdminService.GetObjectState). Optional.
 	LocalNamespace string `protobuf:"bytes,5,opt,name=local_namespace,json=localNamespace,proto3" json:"local_namespace,omitempty"`
 	// Name of the local copy; for the admin API. Optional.
-	LocalName     string `protobuf:"bytes,6,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	LocalName string `protobuf:"bytes,6,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	// Set when the edge adopted the copy from another sync agent (as
+	// IntentResult.adopted_from): an ack lost with a stream is repeated here,
+	// since an unchanged object is not sent again. Optional.
+	AdoptedFrom   AdoptedFrom `protobuf:"varint,7,opt,name=adopted_from,json=adoptedFrom,proto3,enum=ferry.v1alpha1.AdoptedFrom" json:"adopted_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1091,6 +1095,13 @@ func (x *InventoryEntry) GetLocalName() string {
 		return x.LocalName
 	}
 	return ""
+}
+
+func (x *InventoryEntry) GetAdoptedFrom() AdoptedFrom {
+	if x != nil {
+		return x.AdoptedFrom
+	}
+	return AdoptedFrom_ADOPTED_FROM_UNSPECIFIED
 }
 
 // ResyncComplete tells the edge the broker has processed its inventory.
@@ -1867,7 +1878,7 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\n" +
 	"related_to\x18\x01 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12!\n" +
-	"\fapplied_hash\x18\x03 \x01(\tR\vappliedHash\"\x91\x02\n" +
+	"\fapplied_hash\x18\x03 \x01(\tR\vappliedHash\"\xd1\x02\n" +
 	"\x0eInventoryEntry\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x128\n" +
 	"\x18applied_resource_version\x18\x02 \x01(\tR\x16appliedResourceVersion\x12-\n" +
@@ -1875,7 +1886,8 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\fapplied_hash\x18\x04 \x01(\tR\vappliedHash\x12'\n" +
 	"\x0flocal_namespace\x18\x05 \x01(\tR\x0elocalNamespace\x12\x1d\n" +
 	"\n" +
-	"local_name\x18\x06 \x01(\tR\tlocalName\"7\n" +
+	"local_name\x18\x06 \x01(\tR\tlocalName\x12>\n" +
+	"\fadopted_from\x18\a \x01(\x0e2\x1b.ferry.v1alpha1.AdoptedFromR\vadoptedFrom\"7\n" +
 	"\x0eResyncComplete\x12%\n" +
 	"\x0equeued_intents\x18\x01 \x01(\rR\rqueuedIntents\"C\n" +
 	"\x10InventoryRequest\x12/\n" +
@@ -1995,23 +2007,24 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	5,  // 15: ferry.v1alpha1.RelatedInventoryEntry.related_to:type_name -> ferry.v1alpha1.RelatedTo
 	3,  // 16: ferry.v1alpha1.RelatedInventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
 	3,  // 17: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
-	3,  // 18: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
-	9,  // 19: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
-	5,  // 20: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	2,  // 21: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	18, // 22: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
-	19, // 23: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
-	9,  // 24: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
-	3,  // 25: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
-	4,  // 26: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
-	3,  // 27: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
-	5,  // 28: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	9,  // 29: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	1,  // 18: ferry.v1alpha1.InventoryEntry.adopted_from:type_name -> ferry.v1alpha1.AdoptedFrom
+	3,  // 19: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
+	9,  // 20: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
+	5,  // 21: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	2,  // 22: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	18, // 23: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
+	19, // 24: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
+	9,  // 25: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
+	3,  // 26: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
+	4,  // 27: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
+	3,  // 28: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
+	5,  // 29: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	9,  // 30: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
