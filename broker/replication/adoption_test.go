@@ -2,11 +2,13 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 )
@@ -104,6 +106,68 @@ func TestAdoptedFinalizerSwapFromInventory(t *testing.T) {
 			}
 			if f := got.GetFinalizers(); !slices.Equal(f, tc.want) {
 				t.Fatalf("finalizers %v, want %v", f, tc.want)
+			}
+		})
+	}
+}
+
+// TestDeletedBeforeAdoption: a kcp object deleted while its copy was still
+// api-syncagent's (not adopted yet; only api-syncagent's finalizer on it)
+// is asked to be deleted when the PublishedResource adopts api-syncagent's
+// copies, and the edge's confirmation releases api-syncagent's finalizer,
+// so nothing of api-syncagent blocks the deletion. Without spec.adopt, or
+// for an object that merely left the filters, ferry leaves it alone.
+func TestDeletedBeforeAdoption(t *testing.T) {
+	spec := map[string]any{"size": int64(1)}
+	for _, tc := range []struct {
+		name   string
+		obj    *unstructured.Unstructured
+		adopts bool
+		// want: the intent ("delete" or ""), and the finalizers after the
+		// edge's confirmation (nil: the confirmation is refused).
+		want       string
+		finalizers []string
+	}{
+		{name: "deleted, adopting: its copy deleted, the finalizer released", adopts: true,
+			obj: deleting(withFinalizers(thing("1", spec, nil), SyncAgentFinalizer, "svc.example/keep")), want: "delete", finalizers: []string{"svc.example/keep"}},
+		{name: "deleted, not adopting: left to api-syncagent",
+			obj: deleting(withFinalizers(thing("1", spec, nil), SyncAgentFinalizer))},
+		{name: "out of the filters, adopting: left alone", adopts: true,
+			obj: withLabels(withFinalizers(thing("1", spec, nil), SyncAgentFinalizer), map[string]string{"team": "b"})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := thingsResource()
+			res.Selector = labels.SelectorFromSet(labels.Set{"team": "a"})
+			if tc.adopts {
+				res.AdoptFinalizer = SyncAgentFinalizer
+			}
+			e := newEnv(t, res, tc.obj)
+			drain(t, e.m)
+			in := e.intents.Next()
+			got := ""
+			switch {
+			case in.GetDelete() != nil:
+				got = "delete"
+			case in.GetUpsert() != nil:
+				got = "upsert"
+			}
+			if got != tc.want {
+				t.Fatalf("intent %q, want %q", got, tc.want)
+			}
+			err := e.m.Release(context.Background(), "pr", thingKey())
+			if refused := errors.Is(err, ErrNotDeleting); refused != (tc.finalizers == nil) {
+				t.Fatalf("confirmation refused = %v (%v), want %v", refused, err, tc.finalizers == nil)
+			}
+			obj, err := e.kcp.Resource(thingsGVR).Namespace("ns").Get(context.Background(), "a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.finalizers
+			if want == nil {
+				want = tc.obj.GetFinalizers()
+			}
+			if f := obj.GetFinalizers(); !slices.Equal(f, want) {
+				t.Fatalf("finalizers %v, want %v", f, want)
 			}
 		})
 	}

@@ -294,7 +294,13 @@ func (m *Manager) releaseFinalizer(ctx context.Context, pr string, key *ferryv1.
 	// is gone.
 	m.mu.Lock()
 	id, foreign := m.adoptedFinalizerLocked(pr, Resource{GVR: gvr}, obj)
+	res := m.desired[pr]
 	m.mu.Unlock()
+	if foreign == "" && obj.GetDeletionTimestamp() != nil && res.AdoptFinalizer != "" && slices.Contains(obj.GetFinalizers(), res.AdoptFinalizer) {
+		// Deleted before its copy was adopted: the edge deleted the
+		// adopted agent's copy (asksDelete).
+		foreign = res.AdoptFinalizer
+	}
 	if foreign == "" {
 		return RemoveFinalizer(ctx, m.client, key.GetCluster(), gvr, obj, m.finalizer)
 	}

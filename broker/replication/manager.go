@@ -51,6 +51,12 @@ type Resource struct {
 	NamespaceSelector labels.Selector
 	// Related are the compiled spec.related entries.
 	Related []*related.Reference
+	// AdoptFinalizer is the finalizer of the sync agent whose copies the
+	// edge adopts (spec.adopt; SyncAgentFinalizer), "" for none: an object
+	// deleted in kcp before its copy was adopted is still asked to be
+	// deleted, and that finalizer released with the broker's
+	// (adoption.go).
+	AdoptFinalizer string
 }
 
 // Options configure a Manager. All fields are required unless they say

@@ -376,3 +376,61 @@ func TestAdoptSyncAgentCopies(t *testing.T) {
 
 // testUID is a test UID derived from a name.
 func testUID(name string) string { return "uid-" + strings.ToLower(name) }
+
+// TestDeleteOfAnUnadoptedSyncAgentCopy: a kcp object deleted before its
+// api-syncagent copy was adopted (the broker asks because the object still
+// carries api-syncagent's finalizer): with spec.adopt, api-syncagent's copy
+// of exactly that object is deleted (its UID as precondition) and the
+// deletion confirmed once it is gone; another agent's copy, or copies
+// whose ownership is not provable, are never deleted (the deletion is
+// confirmed: they stay for a person).
+func TestDeleteOfAnUnadoptedSyncAgentCopy(t *testing.T) {
+	key, remote := remoteThing()
+	saCopy := func(name, agent string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "svc.example/v1", "kind": "Thing"}}
+		u.SetNamespace("sa-ns")
+		u.SetName(name)
+		u.SetUID(k8stypes.UID(testUID(name)))
+		syncAgentMarks(u, agent, remote)
+		return u
+	}
+	for _, tc := range []struct {
+		name        string
+		adopt       bool
+		objs        []runtime.Object
+		wantDeleted int
+	}{
+		{name: "its copy, adopting: deleted", adopt: true, objs: []runtime.Object{saCopy("x1", "sa")}, wantDeleted: 1},
+		{name: "its copy, not adopting: left", objs: []runtime.Object{saCopy("x1", "sa")}},
+		{name: "another agent's copy: left", adopt: true, objs: []runtime.Object{saCopy("x1", "other")}},
+		{name: "two copies, not provable: both left", adopt: true, objs: []runtime.Object{saCopy("x1", "sa"), saCopy("x2", "sa")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _, sink := testEngineWith(t, engineSetup{published: func(p *Published) {
+				if tc.adopt {
+					p.Adopt = &ferryv1alpha1.AdoptSpec{From: ferryv1alpha1.AdoptFromAPISyncAgent, AgentName: "sa"}
+				}
+			}}, tc.objs...)
+			e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 3}, PublishedResource: "pr",
+				Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}})
+			runQueue(t, e)
+			if len(sink.msgs) != 1 || sink.msgs[0].GetIntentResult().GetError() != nil {
+				t.Fatalf("want the delete acked, got %v", sink.msgs)
+			}
+			if n := deletes(e); n != tc.wantDeleted {
+				t.Fatalf("%d deletes, want %d", n, tc.wantDeleted)
+			}
+			for _, a := range e.opts.Dynamic.(*dynamicfake.FakeDynamicClient).Actions() {
+				if d, ok := a.(k8stesting.DeleteAction); ok {
+					if p := d.GetDeleteOptions().Preconditions; p == nil || p.UID == nil || string(*p.UID) != testUID("x1") {
+						t.Fatalf("delete without the copy's UID as precondition: %+v", d.GetDeleteOptions())
+					}
+				}
+			}
+			got := reportsQueued(e)
+			if len(got) != 1 || got[0].GetDeletionConfirmation() == nil {
+				t.Fatalf("want the deletion confirmed, got %v", got)
+			}
+		})
+	}
+}
