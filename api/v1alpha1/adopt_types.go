@@ -84,6 +84,9 @@ const (
 //   - api-syncagent's last-known-state Secret of the adopted object (in
 //     stateNamespace, named and labelled for exactly that kcp object) is
 //     deleted.
+//   - a kcp object deleted before its copy was adopted (only api-syncagent's
+//     finalizer on it) has api-syncagent's copy of exactly that object
+//     deleted, and api-syncagent's finalizer released.
 //
 // +kubebuilder:validation:XValidation:rule="self.from != 'APISyncAgent' || has(self.agentName)",message="adopt.from APISyncAgent needs adopt.agentName: the value of api-syncagent's --agent-name (its label syncagent.kcp.io/agent-name on the copies)"
 type AdoptSpec struct {
