@@ -100,6 +100,7 @@ type AdoptSpec struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	AgentName string `json:"agentName,omitempty"`
 
 	// StateNamespace is the namespace of the service cluster where the other
@@ -108,5 +109,6 @@ type AdoptSpec struct {
 	// Empty: no Secret is deleted (remove them by hand).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	StateNamespace string `json:"stateNamespace,omitempty"`
 }
