@@ -31,9 +31,11 @@ func syncedConditionLocked(w *localWatch, conflicts int) syncedCondition {
 		switch n := conflicts; n {
 		case 0:
 		case 1:
-			msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object)"
+			msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object; " +
+				"spec.conflictPolicy Adopt takes such an object over)"
 		default:
-			msg += fmt.Sprintf("; %d objects are refused because their local names are taken by objects that are not their copies (see the SyncFailed Events on the kcp objects)", n)
+			msg += fmt.Sprintf("; %d objects are refused because their local names are taken by objects that are not their copies (see the SyncFailed Events "+
+				"on the kcp objects; spec.conflictPolicy Adopt takes such objects over)", n)
 		}
 		return syncedCondition{metav1.ConditionTrue, ferryv1alpha1.ReasonWatching, msg}
 	}

@@ -168,6 +168,7 @@ func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pu
 func (e *Engine) confirmLocked(k ledgerKey, version *ferryv1.ObjectVersion) {
 	e.opts.Log.V(4).Info("confirming a deletion", logging.KeyObject, k.String(), "sequence", version.GetSequence())
 	e.ledger.confirmed(k)
+	delete(e.stateCleared, k)
 	e.report(reportKey{kind: reportDeleted, object: k}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
 		Key: k.objectKey(), Version: version,
 	}}})
