@@ -174,6 +174,18 @@ type PublishedResourceSpec struct {
 	// +optional
 	// +kubebuilder:default=Ignore
 	ConsumerDeletionPolicy ConsumerDeletionPolicy `json:"consumerDeletionPolicy,omitempty"`
+	// ConflictPolicy says what the edge does when an object it did not
+	// create exists at the local name the naming rules give a kcp object
+	// (adopt_types.go). Fail (default) refuses the kcp object and leaves the
+	// local object untouched; Adopt takes the local object over in place.
+	// +optional
+	// +kubebuilder:default=Fail
+	ConflictPolicy ConflictPolicy `json:"conflictPolicy,omitempty"`
+
+	// Adopt takes over the copies another sync agent made of this
+	// resource's kcp objects, in place (adopt_types.go). Unset: none.
+	// +optional
+	Adopt *AdoptSpec `json:"adopt,omitempty"`
 }
 
 // DeletionPolicy is Orphan or Delete.
@@ -566,6 +578,13 @@ type PublishedResourceStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Conflicts is how many kcp objects of this resource the edge
+	// currently refuses because an object that is not their copy holds
+	// their local name (spec.conflictPolicy Fail, or an object Adopt may
+	// not take). Written by the edge with the Synced condition.
+	// +optional
+	Conflicts int32 `json:"conflicts,omitempty"`
 }
 
 // Condition types and reasons of a PublishedResource.

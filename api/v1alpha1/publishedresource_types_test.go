@@ -39,3 +39,24 @@ func TestOriginNormalized(t *testing.T) {
 		}
 	}
 }
+
+func TestEffectiveConflictPolicy(t *testing.T) {
+	cases := []struct {
+		name string
+		in   ConflictPolicy
+		want ConflictPolicy
+	}{
+		{"unset is Fail", "", ConflictPolicyFail},
+		{"Fail", ConflictPolicyFail, ConflictPolicyFail},
+		{"Adopt", ConflictPolicyAdopt, ConflictPolicyAdopt},
+		{"unknown value is Fail (never takes an object over by mistake)", "Take", ConflictPolicyFail},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := PublishedResourceSpec{ConflictPolicy: tc.in}
+			if got := s.EffectiveConflictPolicy(); got != tc.want {
+				t.Errorf("EffectiveConflictPolicy() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -106,6 +106,10 @@ func (e *Engine) intentResult(r *ferryv1.IntentResult) {
 	if r.GetError() == nil {
 		if in.GetUpsert() != nil {
 			e.mgr.Applied(pr, in)
+			// The copy was another agent's: its finalizer on the kcp
+			// object (the broker's own intent's, UID included) is
+			// replaced with the broker's.
+			e.mgr.Adopted(pr, in, r.GetAdoptedFrom())
 		}
 		return
 	}

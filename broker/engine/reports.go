@@ -81,6 +81,7 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 		NamespaceName:     nsName,
 		Related:           refs,
 		ConsumerOrphan:    spec.ConsumerOrphanAllowed(),
+		AdoptFinalizer:    adoptFinalizer(spec.Adopt),
 	}, true, nil
 }
 
@@ -422,4 +423,13 @@ func (w *reportWorker) superseded(old, newer reportTask) {
 // answer sends t's answer a on the stream t came on.
 func (w *reportWorker) answer(t reportTask, a *ferryv1.ReportResult) {
 	w.send(t.attachment, &ferryv1.ConnectResponse{Message: &ferryv1.ConnectResponse_ReportResult{ReportResult: a}})
+}
+
+// adoptFinalizer is the finalizer of the sync agent whose copies spec.adopt
+// takes over ("" for none).
+func adoptFinalizer(a *ferryv1alpha1.AdoptSpec) string {
+	if a != nil && a.From == ferryv1alpha1.AdoptFromAPISyncAgent {
+		return replication.SyncAgentFinalizer
+	}
+	return ""
 }

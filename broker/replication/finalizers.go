@@ -126,14 +126,13 @@ func (m *Manager) processNextFinalizer(ctx context.Context) bool {
 // costs a conflict (retried; the newer object's event queues it again),
 // never a finalizer on an object that changed meanwhile (e.g. began its
 // deletion, or left the filters).
+//
+// The same patch removes the finalizer of a sync agent whose copy the edge
+// adopted (adoption.go).
 func (m *Manager) writeFinalizer(ctx context.Context, it item) error {
 	s, ok, err := m.objectState(it)
-	if err != nil || !ok || s.obj == nil || s.withdrawn || s.hasFinalizer || !s.wantsFinalizer() {
+	if err != nil || !ok || s.obj == nil {
 		return err
 	}
-	ri, err := m.resourceClient(objectKey(s.obj, s.res.GVR))
-	if err != nil {
-		return err
-	}
-	return patchFinalizers(ctx, ri, s.obj, append(slices.Clone(s.obj.GetFinalizers()), m.finalizer))
+	return m.writeFinalizers(ctx, s)
 }

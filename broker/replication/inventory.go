@@ -100,6 +100,12 @@ func (m *Manager) Inventory(inv *ferryv1.Inventory) {
 		// Every copy the edge holds, whether its object is still in kcp or
 		// not: one that is gone gets a delete intent (see gone).
 		m.ledger.copyListed(id, e.GetKey())
+		// A copy adopted from another agent whose finalizer swap may
+		// have been lost with a stream (adoption.go).
+		if f := foreignFinalizer(e.GetAdoptedFrom()); f != "" {
+			m.adopted[id] = f
+			m.finalizers.Add(item{pr: pr, key: storeKey(e.GetKey())})
+		}
 	}
 	// The related copies it holds: not sent again while unchanged.
 	m.relSent.inventoried(pr, inv.GetRelatedEntries(), inv.GetComplete() && inv.GetRelatedComplete())

@@ -233,7 +233,7 @@ func (m *Manager) Release(ctx context.Context, pr string, key *ferryv1.ObjectKey
 			return err
 		}
 	}
-	if err := m.releaseFinalizer(ctx, key, obj); err != nil {
+	if err := m.releaseFinalizer(ctx, pr, key, obj); err != nil {
 		return err
 	}
 	it := item{pr: pr, key: storeKey(key)}
@@ -286,12 +286,39 @@ var ErrNotDeleting = errors.New("refused: the broker did not ask to delete this 
 // extra read in kcp); the patch is guarded by its resourceVersion, so a
 // stale cache only costs a retry. A missing object or finalizer is fine
 // (already released).
-func (m *Manager) releaseFinalizer(ctx context.Context, key *ferryv1.ObjectKey, obj *unstructured.Unstructured) error {
+func (m *Manager) releaseFinalizer(ctx context.Context, pr string, key *ferryv1.ObjectKey, obj *unstructured.Unstructured) error {
 	if obj == nil {
 		return nil
 	}
 	r := key.GetResource()
-	return RemoveFinalizer(ctx, m.client, key.GetCluster(), schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}, obj, m.finalizer)
+	gvr := schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}
+	// The finalizer of an agent whose copy the edge adopted goes too (its
+	// swap may not have landed before the deletion): the copy it guarded
+	// is gone.
+	m.mu.Lock()
+	id, foreign := m.adoptedFinalizerLocked(pr, Resource{GVR: gvr}, obj)
+	res := m.desired[pr]
+	m.mu.Unlock()
+	if foreign == "" && obj.GetDeletionTimestamp() != nil && res.AdoptFinalizer != "" && slices.Contains(obj.GetFinalizers(), res.AdoptFinalizer) {
+		// Deleted before its copy was adopted: the edge deleted the
+		// adopted agent's copy (asksDelete).
+		foreign = res.AdoptFinalizer
+	}
+	if foreign == "" {
+		return RemoveFinalizer(ctx, m.client, key.GetCluster(), gvr, obj, m.finalizer)
+	}
+	c, err := m.client(key.GetCluster())
+	if err != nil {
+		return err
+	}
+	list := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == m.finalizer || f == foreign })
+	if err := patchFinalizers(ctx, c.Resource(gvr).Namespace(obj.GetNamespace()), obj, list); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.adopted, id)
+	m.mu.Unlock()
+	return nil
 }
 
 // uidCached tells whether pr's cache holds an object with uid (under any

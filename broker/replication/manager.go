@@ -58,6 +58,12 @@ type Resource struct {
 	// ConsumerOrphan honours the consumer's ferry.dev/deletion-policy:
 	// Orphan on deleted objects (spec.consumerDeletionPolicy Allow).
 	ConsumerOrphan bool
+	// AdoptFinalizer is the finalizer of the sync agent whose copies the
+	// edge adopts (spec.adopt; SyncAgentFinalizer), "" for none: an object
+	// deleted in kcp before its copy was adopted is still asked to be
+	// deleted, and that finalizer released with the broker's
+	// (adoption.go).
+	AdoptFinalizer string
 }
 
 // Options configure a Manager. All fields are required unless they say
@@ -179,6 +185,11 @@ type Manager struct {
 	relReports map[item]*ferryv1.RelatedObjectReport
 	relCopies  map[relatedPlace]item
 
+	// adopted holds the objects whose copy the edge adopted from another
+	// sync agent, with that agent's finalizer, until it is replaced by
+	// the broker's (adoption.go).
+	adopted map[objectID]string
+
 	// resyncActive is the resync an admin asked for, while it runs;
 	// resyncLast the last one (resync.go).
 	resyncActive, resyncLast *Resync
@@ -205,6 +216,7 @@ func NewManager(o Options) *Manager {
 		inventory:   map[string]map[objectID]string{},
 		ledger:      newLedger(),
 		resyncing:   map[item]struct{}{},
+		adopted:     map[objectID]string{},
 		inventoried: map[string]bool{},
 		unlisted:    map[string]map[objectID]string{},
 		paths:       map[string]string{},

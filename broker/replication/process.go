@@ -96,6 +96,7 @@ func (m *Manager) objectState(it item) (objectState, bool, error) {
 func (m *Manager) setObject(s *objectState, obj *unstructured.Unstructured) {
 	s.obj = obj
 	s.hasFinalizer = slices.Contains(obj.GetFinalizers(), m.finalizer)
+	s.hasAdoptFinalizer = s.res.AdoptFinalizer != "" && slices.Contains(obj.GetFinalizers(), s.res.AdoptFinalizer)
 	s.scope = m.scopeOf(s.res, obj)
 }
 

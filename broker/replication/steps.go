@@ -39,6 +39,9 @@ type objectState struct {
 	withdrawn bool
 	// hasFinalizer: obj carries the broker's finalizer.
 	hasFinalizer bool
+	// hasAdoptFinalizer: obj carries res.AdoptFinalizer (the finalizer of
+	// the sync agent whose copies the edge adopts).
+	hasAdoptFinalizer bool
 	// scope is res's filters evaluated on obj.
 	scope scope
 }
@@ -55,8 +58,15 @@ func (s *objectState) leaving() bool { return s.deleting() || s.scope == outOfSc
 // copy (mayHold: the ledger proves one was sent for this very object, before
 // the finalizer landed). It is also the only state in which a deletion
 // confirmation is accepted (Release).
+//
+// An object being deleted that still carries the finalizer of the sync
+// agent whose copies the edge adopts (its copy not adopted before the
+// deletion) is asked too: the edge deletes that agent's copy of exactly
+// this object, and the release takes that agent's finalizer with it
+// (adoption.go). Not for an object that merely left the filters: ferry's
+// filters say nothing about the other agent's copies.
 func (s *objectState) asksDelete(mayHold func() bool) bool {
-	return s.leaving() && (s.hasFinalizer || mayHold())
+	return s.leaving() && (s.hasFinalizer || mayHold()) || s.deleting() && s.hasAdoptFinalizer
 }
 
 // wantsFinalizer tells whether obj is to carry the broker's finalizer: it

@@ -124,5 +124,7 @@ func NewPublished(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.Cust
 		AllowExistingNamespaces: compiled.AllowExistingNamespaces,
 		KeepLocalEdits:          pr.Spec.EffectiveLocalEdits() == ferryv1alpha1.LocalEditsKeep,
 		ServiceOwned:            compiled.ServiceOwned,
+		ConflictPolicy:          pr.Spec.EffectiveConflictPolicy(),
+		Adopt:                   pr.Spec.Adopt.DeepCopy(),
 	}
 }

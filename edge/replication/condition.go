@@ -31,9 +31,11 @@ func syncedConditionLocked(w *localWatch, conflicts int) syncedCondition {
 		switch n := conflicts; n {
 		case 0:
 		case 1:
-			msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object)"
+			msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object; " +
+				"spec.conflictPolicy Adopt takes such an object over)"
 		default:
-			msg += fmt.Sprintf("; %d objects are refused because their local names are taken by objects that are not their copies (see the SyncFailed Events on the kcp objects)", n)
+			msg += fmt.Sprintf("; %d objects are refused because their local names are taken by objects that are not their copies (see the SyncFailed Events "+
+				"on the kcp objects; spec.conflictPolicy Adopt takes such objects over)", n)
 		}
 		return syncedCondition{metav1.ConditionTrue, ferryv1alpha1.ReasonWatching, msg}
 	}
@@ -53,19 +55,22 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 		e.mu.Unlock()
 		return nil
 	}
-	want := syncedConditionLocked(w, e.ledger.conflicts(name))
+	conflicts := e.ledger.conflicts(name)
+	want := syncedConditionLocked(w, conflicts)
 	written := w.condition
 	e.mu.Unlock()
 	if written != nil && *written == want {
 		return nil
 	}
+	// status.conflicts goes with the condition that tells of them (one
+	// apply; the message changes whenever the count does).
 	pr := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ferryv1alpha1.GroupVersion.String(), "kind": "PublishedResource",
 		"metadata": map[string]any{"name": name},
 		"status": map[string]any{"conditions": []any{map[string]any{
 			"type": ferryv1alpha1.ConditionSynced, "status": string(want.status), "reason": want.reason,
 			"message": want.message, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}},
+		}}, "conflicts": int64(conflicts)},
 	}}
 	_, err := e.opts.Dynamic.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).
 		ApplyStatus(ctx, name, pr, metav1.ApplyOptions{FieldManager: conditionFieldManager, Force: true})

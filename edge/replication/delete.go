@@ -53,6 +53,23 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 		if other != nil {
 			return e.deleteUnwatched(ctx, in, w.pub, other)
 		}
+		// api-syncagent's copy of exactly this object, not adopted before
+		// the kcp object's deletion (spec.adopt): ferry finishes what
+		// api-syncagent would have done, and the broker then releases
+		// api-syncagent's finalizer with its own (syncagent.go).
+		sa, refusal, err := e.findSyncAgentCopy(ctx, w.pub, remoteOf(in.GetKey()))
+		switch {
+		case err != nil:
+			return nack(in, classify(err), true, "%v", err)
+		case refusal != "":
+			// Not provable which copy is this object's: none is deleted;
+			// they stay for a person to remove, like a legacy copy, and
+			// the kcp object's deletion is not held up.
+			e.opts.Log.Info("not deleting api-syncagent's copies of a deleted object; remove them by hand if they are no longer wanted",
+				logging.KeyPublishedResource, w.pub.Name, "why", refusal)
+		case sa != nil:
+			return e.deleteUnwatched(ctx, in, w.pub, sa.obj)
+		}
 		e.legacyLeft(w, remoteOf(in.GetKey()))
 		e.mu.Lock()
 		e.confirmLocked(k, in.GetVersion())
@@ -125,7 +142,7 @@ func (e *Engine) copyOfAnotherAgent(ctx context.Context, pub *Published, key *fe
 }
 
 // deleteUnwatched deletes a copy the local watch does not see (another
-// agent name's) and confirms once a read finds it gone; until then the
+// agent name's, or api-syncagent's) and confirms once a read finds it gone; until then the
 // broker retries.
 func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pub *Published, u *unstructured.Unstructured) *ferryv1.IntentResult {
 	ri := e.opts.Dynamic.Resource(pub.Local).Namespace(u.GetNamespace())
@@ -136,8 +153,8 @@ func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pu
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return nack(in, classify(err), true, "cannot delete %s %s: %v", pub.LocalKind, nsName(u.GetNamespace(), u.GetName()), err)
 		}
-		e.opts.Log.Info("deleted a local copy made under another agent name", "local", nsName(u.GetNamespace(), u.GetName()),
-			"agent", u.GetLabels()[naming.LabelAgent])
+		e.opts.Log.Info("deleted a local copy the edge does not watch (made under another agent name, or by api-syncagent)",
+			"local", nsName(u.GetNamespace(), u.GetName()), "agent", u.GetLabels()[naming.LabelAgent], "syncAgent", u.GetLabels()[saLabelAgent])
 	}
 	got, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && got.GetUID() != uid) {
@@ -155,6 +172,7 @@ func (e *Engine) deleteUnwatched(ctx context.Context, in *ferryv1.SyncIntent, pu
 func (e *Engine) confirmLocked(k ledgerKey, version *ferryv1.ObjectVersion) {
 	e.opts.Log.V(4).Info("confirming a deletion", logging.KeyObject, k.String(), "sequence", version.GetSequence())
 	e.ledger.confirmed(k)
+	delete(e.stateCleared, k)
 	e.report(reportKey{kind: reportDeleted, object: k}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_DeletionConfirmation{DeletionConfirmation: &ferryv1.DeletionConfirmation{
 		Key: k.objectKey(), Version: version,
 	}}})

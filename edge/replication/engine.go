@@ -44,6 +44,7 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
 	"github.com/ferry-dev/ferry/pkg/naming"
+	"github.com/ferry-dev/ferry/pkg/objects"
 	"github.com/ferry-dev/ferry/pkg/outbox"
 	"github.com/ferry-dev/ferry/pkg/protocol"
 	"github.com/ferry-dev/ferry/pkg/refindex"
@@ -118,6 +119,9 @@ type Engine struct {
 	// waiting for the cache to hold the primary as applied, since when
 	// (related_placement.go).
 	relParked map[ledgerKey]map[queueKey]time.Time
+	// stateCleared holds the adopted api-syncagent copies whose state
+	// Secret this process saw gone (syncagent.go): not looked for again.
+	stateCleared map[ledgerKey]struct{}
 }
 
 type localWatch struct {
@@ -158,6 +162,8 @@ func NewEngine(o Options) *Engine {
 		relSum:      map[relKey][32]byte{},
 		relWaiting:  map[waitKey]map[relKey]struct{}{},
 		relParked:   map[ledgerKey]map[queueKey]time.Time{},
+
+		stateCleared: map[ledgerKey]struct{}{},
 	}
 }
 
@@ -526,6 +532,22 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 				"local", nsName(existing.GetNamespace(), existing.GetName()), logging.KeyObject, protocol.ObjectKeyString(key))
 		}
 	}
+	// adopting is a local object ferry did not create that this apply
+	// takes over in place (adopt.go): api-syncagent's copy of exactly this
+	// object (spec.adopt), wherever it is, or, below, an unmarked object at
+	// the copy's place (conflictPolicy Adopt).
+	var adopting *adoption
+	if existing == nil {
+		a, refusal, err := e.findSyncAgentCopy(ctx, pub, remote)
+		switch {
+		case err != nil:
+			return nack(in, classify(err), true, "%v", err)
+		case refusal != "":
+			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT, false, "%s", refusal)
+		case a != nil:
+			existing, adopting = a.obj, a
+		}
+	}
 	k := keyFor(pub.Name, key)
 	hash := in.GetUpsert().GetContentHash()
 	if existing != nil && hash != "" && existing.GetAnnotations()[naming.AnnotationContentHash] == hash &&
@@ -534,7 +556,8 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		// The copy holds this state already (a re-sent intent after a
 		// reconnect): nothing to write.
 		e.record(k, hash, pub.Shape, existing.GetNamespace(), existing.GetName(), copyGeneration(existing))
-		return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName()}
+		return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: existing.GetNamespace(), LocalName: existing.GetName(),
+			AdoptedFrom: adoptedFrom(existing.GetAnnotations())}
 	}
 	var obj unstructured.Unstructured
 	// Kubernetes' JSON decoding keeps whole numbers int64 (as CEL and the
@@ -555,8 +578,8 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		// Keep the object where it is even if naming rules changed since.
 		ns, name, ownUID = existing.GetNamespace(), existing.GetName(), existing.GetUID()
 	} else {
-		claimed, refusal, err := e.claim(ctx, pub, ns, name, remote)
-		ownUID = claimed
+		claimed, a, refusal, err := e.claim(ctx, pub, ns, name, remote)
+		ownUID, adopting = claimed, a
 		if err != nil {
 			return nack(in, classify(err), true, "%v", err)
 		}
@@ -595,6 +618,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "%v", err)
 		}
 	}
+	local.SetAnnotations(objects.MergeStrings(local.GetAnnotations(), adoptionAnnotations(existing, adopting, time.Now())))
 
 	local.SetUID(ownUID)
 	got, err := e.opts.Dynamic.Resource(pub.Local).Namespace(ns).Apply(ctx, name, local, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
@@ -612,8 +636,19 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 	if got, err = e.serviceOwnedAfter(ctx, pub, existing, local, got); err != nil {
 		return nack(in, classify(err), true, "%v", err)
 	}
+	if adopting != nil {
+		e.recordAdoption(ctx, pub, got, adopting, remote)
+	}
+	from := adoptedFrom(local.GetAnnotations())
+	if from == ferryv1.AdoptedFrom_ADOPTED_FROM_API_SYNCAGENT {
+		// Its last-known state goes once the copy is ferry's; retried
+		// (the copy stays adopted) until it is gone.
+		if err := e.clearSyncAgentState(ctx, pub, k, key.GetCluster(), &obj); err != nil {
+			return nack(in, classify(err), true, "the copy %s %s is adopted: %v", pub.LocalKind, nsName(ns, name), err)
+		}
+	}
 	e.record(k, hash, pub.Shape, ns, name, copyGeneration(got))
-	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
+	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name, AdoptedFrom: from}
 }
 
 // findLocal returns the local copy of remote, found by its labels (those of

@@ -77,6 +77,9 @@ type engineSetup struct {
 	// relatedListForbiddenIn: listing related objects in this namespace is
 	// forbidden (its related cache never lists).
 	relatedListForbiddenIn string
+	// kubeObjs are more objects of the typed service-cluster client
+	// (namespaces ferry did not make, Secrets).
+	kubeObjs []runtime.Object
 }
 
 func testEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) (*Engine, *localWatch, *recordingSink) {
@@ -205,7 +208,8 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 			return true, nil, forbidden("namespaces is forbidden: cannot list")
 		})
 	}
-	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns", Labels: nsLabels}})
+	kube := kubefake.NewClientset(append([]runtime.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "local-ns", Labels: nsLabels}}},
+		setup.kubeObjs...)...)
 	e := NewEngine(Options{Agent: "nora", Dynamic: dyn, Kube: kube, Wake: func() {}, Log: logr.Discard(),
 		RelatedClusterWide: setup.relatedClusterWide, Observer: setup.observer})
 	ctx, cancel := context.WithCancel(context.Background())

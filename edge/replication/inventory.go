@@ -71,6 +71,7 @@ func (e *Engine) sendInventoryLocked(w *localWatch) {
 			PublishedResource:      w.pub.Name,
 			LocalNamespace:         u.GetNamespace(),
 			LocalName:              u.GetName(),
+			AdoptedFrom:            adoptedFrom(u.GetAnnotations()),
 		})
 	}
 	related, relatedComplete := e.relatedInventoryLocked(w)

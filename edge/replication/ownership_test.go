@@ -261,6 +261,9 @@ func TestConflictsAreCountedOnThePublishedResource(t *testing.T) {
 	if len(got) == 0 || !strings.Contains(got[len(got)-1], "1 object is refused") {
 		t.Fatalf("Synced condition writes %v: want the conflict counted", got)
 	}
+	if n, _ := conflictsWritten(t, e); n != 1 {
+		t.Fatalf("status.conflicts = %d, want 1", n)
+	}
 	// The service owner removes the object: the copy is made, the count goes.
 	if err := e.opts.Dynamic.Resource(localGVR).Namespace(taken.GetNamespace()).Delete(context.Background(), taken.GetName(), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -270,6 +273,9 @@ func TestConflictsAreCountedOnThePublishedResource(t *testing.T) {
 	got = conditionMessages()
 	if last := got[len(got)-1]; strings.Contains(last, "refused") {
 		t.Fatalf("the conflict is still counted after it was resolved: %s", last)
+	}
+	if n, written := conflictsWritten(t, e); !written || n != 0 {
+		t.Fatalf("status.conflicts = %d (written %v) after the conflict was resolved, want 0", n, written)
 	}
 }
 

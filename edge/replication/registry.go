@@ -3,6 +3,7 @@ package replication
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
 	"github.com/ferry-dev/ferry/pkg/mutation"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -50,6 +51,12 @@ type Published struct {
 	// ServiceOwned are the paths ferry sets when it creates a copy and
 	// never applies again (spec.serviceOwnedPaths, serviceowned.go).
 	ServiceOwned []fieldpath.Path
+	// ConflictPolicy is spec.conflictPolicy, its default applied: Adopt
+	// takes over an object nobody marked at a copy's place (adopt.go).
+	ConflictPolicy ferryv1alpha1.ConflictPolicy
+	// Adopt is spec.adopt: another sync agent's copies to take over in
+	// place (syncagent.go); nil: none.
+	Adopt *ferryv1alpha1.AdoptSpec
 }
 
 // LocalGVK is the local group/version/kind.

@@ -103,6 +103,55 @@ func (ApplyErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{0}
 }
 
+// AdoptedFrom names the sync agent whose copy the edge adopted.
+type AdoptedFrom int32
+
+const (
+	AdoptedFrom_ADOPTED_FROM_UNSPECIFIED AdoptedFrom = 0
+	// kcp-dev/api-syncagent: its finalizer on kcp objects is
+	// syncagent.kcp.io/cleanup.
+	AdoptedFrom_ADOPTED_FROM_API_SYNCAGENT AdoptedFrom = 1
+)
+
+// Enum value maps for AdoptedFrom.
+var (
+	AdoptedFrom_name = map[int32]string{
+		0: "ADOPTED_FROM_UNSPECIFIED",
+		1: "ADOPTED_FROM_API_SYNCAGENT",
+	}
+	AdoptedFrom_value = map[string]int32{
+		"ADOPTED_FROM_UNSPECIFIED":   0,
+		"ADOPTED_FROM_API_SYNCAGENT": 1,
+	}
+)
+
+func (x AdoptedFrom) Enum() *AdoptedFrom {
+	p := new(AdoptedFrom)
+	*p = x
+	return p
+}
+
+func (x AdoptedFrom) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdoptedFrom) Descriptor() protoreflect.EnumDescriptor {
+	return file_ferry_v1alpha1_objects_proto_enumTypes[1].Descriptor()
+}
+
+func (AdoptedFrom) Type() protoreflect.EnumType {
+	return &file_ferry_v1alpha1_objects_proto_enumTypes[1]
+}
+
+func (x AdoptedFrom) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdoptedFrom.Descriptor instead.
+func (AdoptedFrom) EnumDescriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{1}
+}
+
 // GroupVersionResource names a Kubernetes resource.
 type GroupVersionResource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -714,7 +763,14 @@ type IntentResult struct {
 	LocalName string `protobuf:"bytes,5,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
 	// The intent's related_to (set for related objects): results are matched
 	// to intents by key and related_to.
-	RelatedTo     *RelatedTo `protobuf:"bytes,6,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
+	RelatedTo *RelatedTo `protobuf:"bytes,6,opt,name=related_to,json=relatedTo,proto3" json:"related_to,omitempty"`
+	// Set on a successful upsert of a primary object whose local copy another
+	// sync agent made and the edge adopted (in this apply or earlier: the
+	// copy records it, so a lost answer is repeated by the next one). The
+	// broker then replaces that agent's finalizer on the kcp object with its
+	// own. Only the finalizer of the named agent is touched; the edge cannot
+	// name an arbitrary finalizer.
+	AdoptedFrom   AdoptedFrom `protobuf:"varint,7,opt,name=adopted_from,json=adoptedFrom,proto3,enum=ferry.v1alpha1.AdoptedFrom" json:"adopted_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -789,6 +845,13 @@ func (x *IntentResult) GetRelatedTo() *RelatedTo {
 		return x.RelatedTo
 	}
 	return nil
+}
+
+func (x *IntentResult) GetAdoptedFrom() AdoptedFrom {
+	if x != nil {
+		return x.AdoptedFrom
+	}
+	return AdoptedFrom_ADOPTED_FROM_UNSPECIFIED
 }
 
 // Inventory is one chunk of the edge's view of what it has applied for one
@@ -969,7 +1032,11 @@ type InventoryEntry struct {
 	// API (AdminService.GetObjectState). Optional.
 	LocalNamespace string `protobuf:"bytes,5,opt,name=local_namespace,json=localNamespace,proto3" json:"local_namespace,omitempty"`
 	// Name of the local copy; for the admin API. Optional.
-	LocalName     string `protobuf:"bytes,6,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	LocalName string `protobuf:"bytes,6,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	// Set when the edge adopted the copy from another sync agent (as
+	// IntentResult.adopted_from): an ack lost with a stream is repeated here,
+	// since an unchanged object is not sent again. Optional.
+	AdoptedFrom   AdoptedFrom `protobuf:"varint,7,opt,name=adopted_from,json=adoptedFrom,proto3,enum=ferry.v1alpha1.AdoptedFrom" json:"adopted_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1044,6 +1111,13 @@ func (x *InventoryEntry) GetLocalName() string {
 		return x.LocalName
 	}
 	return ""
+}
+
+func (x *InventoryEntry) GetAdoptedFrom() AdoptedFrom {
+	if x != nil {
+		return x.AdoptedFrom
+	}
+	return AdoptedFrom_ADOPTED_FROM_UNSPECIFIED
 }
 
 // ResyncComplete tells the edge the broker has processed its inventory.
@@ -1800,7 +1874,7 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"ApplyError\x128\n" +
 	"\x06reason\x18\x01 \x01(\x0e2 .ferry.v1alpha1.ApplyErrorReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
-	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xa8\x02\n" +
+	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xe8\x02\n" +
 	"\fIntentResult\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x127\n" +
 	"\aversion\x18\x02 \x01(\v2\x1d.ferry.v1alpha1.ObjectVersionR\aversion\x120\n" +
@@ -1809,7 +1883,8 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\n" +
 	"local_name\x18\x05 \x01(\tR\tlocalName\x128\n" +
 	"\n" +
-	"related_to\x18\x06 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\"\x8b\x02\n" +
+	"related_to\x18\x06 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\x12>\n" +
+	"\fadopted_from\x18\a \x01(\x0e2\x1b.ferry.v1alpha1.AdoptedFromR\vadoptedFrom\"\x8b\x02\n" +
 	"\tInventory\x128\n" +
 	"\aentries\x18\x01 \x03(\v2\x1e.ferry.v1alpha1.InventoryEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12-\n" +
@@ -1820,7 +1895,7 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\n" +
 	"related_to\x18\x01 \x01(\v2\x19.ferry.v1alpha1.RelatedToR\trelatedTo\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x12!\n" +
-	"\fapplied_hash\x18\x03 \x01(\tR\vappliedHash\"\x91\x02\n" +
+	"\fapplied_hash\x18\x03 \x01(\tR\vappliedHash\"\xd1\x02\n" +
 	"\x0eInventoryEntry\x12+\n" +
 	"\x03key\x18\x01 \x01(\v2\x19.ferry.v1alpha1.ObjectKeyR\x03key\x128\n" +
 	"\x18applied_resource_version\x18\x02 \x01(\tR\x16appliedResourceVersion\x12-\n" +
@@ -1828,7 +1903,8 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\fapplied_hash\x18\x04 \x01(\tR\vappliedHash\x12'\n" +
 	"\x0flocal_namespace\x18\x05 \x01(\tR\x0elocalNamespace\x12\x1d\n" +
 	"\n" +
-	"local_name\x18\x06 \x01(\tR\tlocalName\"7\n" +
+	"local_name\x18\x06 \x01(\tR\tlocalName\x12>\n" +
+	"\fadopted_from\x18\a \x01(\x0e2\x1b.ferry.v1alpha1.AdoptedFromR\vadoptedFrom\"7\n" +
 	"\x0eResyncComplete\x12%\n" +
 	"\x0equeued_intents\x18\x01 \x01(\rR\rqueuedIntents\"C\n" +
 	"\x10InventoryRequest\x12/\n" +
@@ -1885,7 +1961,10 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x1eAPPLY_ERROR_REASON_UNAVAILABLE\x10\x05\x12\x1f\n" +
 	"\x1bAPPLY_ERROR_REASON_CONFLICT\x10\x06\x12 \n" +
 	"\x1cAPPLY_ERROR_REASON_NOT_READY\x10\a\x12 \n" +
-	"\x1cAPPLY_ERROR_REASON_FORBIDDEN\x10\bBAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
+	"\x1cAPPLY_ERROR_REASON_FORBIDDEN\x10\b*K\n" +
+	"\vAdoptedFrom\x12\x1c\n" +
+	"\x18ADOPTED_FROM_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aADOPTED_FROM_API_SYNCAGENT\x10\x01BAZ?github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1;ferryv1alpha1b\x06proto3"
 
 var (
 	file_ferry_v1alpha1_objects_proto_rawDescOnce sync.Once
@@ -1899,67 +1978,70 @@ func file_ferry_v1alpha1_objects_proto_rawDescGZIP() []byte {
 	return file_ferry_v1alpha1_objects_proto_rawDescData
 }
 
-var file_ferry_v1alpha1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_ferry_v1alpha1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(ApplyErrorReason)(0),           // 0: ferry.v1alpha1.ApplyErrorReason
-	(*GroupVersionResource)(nil),    // 1: ferry.v1alpha1.GroupVersionResource
-	(*ObjectKey)(nil),               // 2: ferry.v1alpha1.ObjectKey
-	(*ObjectVersion)(nil),           // 3: ferry.v1alpha1.ObjectVersion
-	(*RelatedTo)(nil),               // 4: ferry.v1alpha1.RelatedTo
-	(*SyncIntent)(nil),              // 5: ferry.v1alpha1.SyncIntent
-	(*UpsertIntent)(nil),            // 6: ferry.v1alpha1.UpsertIntent
-	(*DeleteIntent)(nil),            // 7: ferry.v1alpha1.DeleteIntent
-	(*ApplyError)(nil),              // 8: ferry.v1alpha1.ApplyError
-	(*IntentResult)(nil),            // 9: ferry.v1alpha1.IntentResult
-	(*Inventory)(nil),               // 10: ferry.v1alpha1.Inventory
-	(*RelatedInventoryEntry)(nil),   // 11: ferry.v1alpha1.RelatedInventoryEntry
-	(*InventoryEntry)(nil),          // 12: ferry.v1alpha1.InventoryEntry
-	(*ResyncComplete)(nil),          // 13: ferry.v1alpha1.ResyncComplete
-	(*InventoryRequest)(nil),        // 14: ferry.v1alpha1.InventoryRequest
-	(*StatusReport)(nil),            // 15: ferry.v1alpha1.StatusReport
-	(*RelatedObjectReport)(nil),     // 16: ferry.v1alpha1.RelatedObjectReport
-	(*RelatedObjectGone)(nil),       // 17: ferry.v1alpha1.RelatedObjectGone
-	(*RelatedObjectUnresolved)(nil), // 18: ferry.v1alpha1.RelatedObjectUnresolved
-	(*DeletionConfirmation)(nil),    // 19: ferry.v1alpha1.DeletionConfirmation
-	(*ResendRequest)(nil),           // 20: ferry.v1alpha1.ResendRequest
-	(*ReportResult)(nil),            // 21: ferry.v1alpha1.ReportResult
+	(AdoptedFrom)(0),                // 1: ferry.v1alpha1.AdoptedFrom
+	(*GroupVersionResource)(nil),    // 2: ferry.v1alpha1.GroupVersionResource
+	(*ObjectKey)(nil),               // 3: ferry.v1alpha1.ObjectKey
+	(*ObjectVersion)(nil),           // 4: ferry.v1alpha1.ObjectVersion
+	(*RelatedTo)(nil),               // 5: ferry.v1alpha1.RelatedTo
+	(*SyncIntent)(nil),              // 6: ferry.v1alpha1.SyncIntent
+	(*UpsertIntent)(nil),            // 7: ferry.v1alpha1.UpsertIntent
+	(*DeleteIntent)(nil),            // 8: ferry.v1alpha1.DeleteIntent
+	(*ApplyError)(nil),              // 9: ferry.v1alpha1.ApplyError
+	(*IntentResult)(nil),            // 10: ferry.v1alpha1.IntentResult
+	(*Inventory)(nil),               // 11: ferry.v1alpha1.Inventory
+	(*RelatedInventoryEntry)(nil),   // 12: ferry.v1alpha1.RelatedInventoryEntry
+	(*InventoryEntry)(nil),          // 13: ferry.v1alpha1.InventoryEntry
+	(*ResyncComplete)(nil),          // 14: ferry.v1alpha1.ResyncComplete
+	(*InventoryRequest)(nil),        // 15: ferry.v1alpha1.InventoryRequest
+	(*StatusReport)(nil),            // 16: ferry.v1alpha1.StatusReport
+	(*RelatedObjectReport)(nil),     // 17: ferry.v1alpha1.RelatedObjectReport
+	(*RelatedObjectGone)(nil),       // 18: ferry.v1alpha1.RelatedObjectGone
+	(*RelatedObjectUnresolved)(nil), // 19: ferry.v1alpha1.RelatedObjectUnresolved
+	(*DeletionConfirmation)(nil),    // 20: ferry.v1alpha1.DeletionConfirmation
+	(*ResendRequest)(nil),           // 21: ferry.v1alpha1.ResendRequest
+	(*ReportResult)(nil),            // 22: ferry.v1alpha1.ReportResult
 }
 var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
-	1,  // 0: ferry.v1alpha1.ObjectKey.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	2,  // 1: ferry.v1alpha1.RelatedTo.primary:type_name -> ferry.v1alpha1.ObjectKey
-	2,  // 2: ferry.v1alpha1.SyncIntent.key:type_name -> ferry.v1alpha1.ObjectKey
-	3,  // 3: ferry.v1alpha1.SyncIntent.version:type_name -> ferry.v1alpha1.ObjectVersion
-	4,  // 4: ferry.v1alpha1.SyncIntent.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	6,  // 5: ferry.v1alpha1.SyncIntent.upsert:type_name -> ferry.v1alpha1.UpsertIntent
-	7,  // 6: ferry.v1alpha1.SyncIntent.delete:type_name -> ferry.v1alpha1.DeleteIntent
+	2,  // 0: ferry.v1alpha1.ObjectKey.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	3,  // 1: ferry.v1alpha1.RelatedTo.primary:type_name -> ferry.v1alpha1.ObjectKey
+	3,  // 2: ferry.v1alpha1.SyncIntent.key:type_name -> ferry.v1alpha1.ObjectKey
+	4,  // 3: ferry.v1alpha1.SyncIntent.version:type_name -> ferry.v1alpha1.ObjectVersion
+	5,  // 4: ferry.v1alpha1.SyncIntent.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	7,  // 5: ferry.v1alpha1.SyncIntent.upsert:type_name -> ferry.v1alpha1.UpsertIntent
+	8,  // 6: ferry.v1alpha1.SyncIntent.delete:type_name -> ferry.v1alpha1.DeleteIntent
 	0,  // 7: ferry.v1alpha1.ApplyError.reason:type_name -> ferry.v1alpha1.ApplyErrorReason
-	2,  // 8: ferry.v1alpha1.IntentResult.key:type_name -> ferry.v1alpha1.ObjectKey
-	3,  // 9: ferry.v1alpha1.IntentResult.version:type_name -> ferry.v1alpha1.ObjectVersion
-	8,  // 10: ferry.v1alpha1.IntentResult.error:type_name -> ferry.v1alpha1.ApplyError
-	4,  // 11: ferry.v1alpha1.IntentResult.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	12, // 12: ferry.v1alpha1.Inventory.entries:type_name -> ferry.v1alpha1.InventoryEntry
-	11, // 13: ferry.v1alpha1.Inventory.related_entries:type_name -> ferry.v1alpha1.RelatedInventoryEntry
-	4,  // 14: ferry.v1alpha1.RelatedInventoryEntry.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	2,  // 15: ferry.v1alpha1.RelatedInventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
-	2,  // 16: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
-	2,  // 17: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
-	8,  // 18: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
-	4,  // 19: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	1,  // 20: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	17, // 21: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
-	18, // 22: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
-	8,  // 23: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
-	2,  // 24: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
-	3,  // 25: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
-	2,  // 26: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
-	4,  // 27: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	8,  // 28: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	3,  // 8: ferry.v1alpha1.IntentResult.key:type_name -> ferry.v1alpha1.ObjectKey
+	4,  // 9: ferry.v1alpha1.IntentResult.version:type_name -> ferry.v1alpha1.ObjectVersion
+	9,  // 10: ferry.v1alpha1.IntentResult.error:type_name -> ferry.v1alpha1.ApplyError
+	5,  // 11: ferry.v1alpha1.IntentResult.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	1,  // 12: ferry.v1alpha1.IntentResult.adopted_from:type_name -> ferry.v1alpha1.AdoptedFrom
+	13, // 13: ferry.v1alpha1.Inventory.entries:type_name -> ferry.v1alpha1.InventoryEntry
+	12, // 14: ferry.v1alpha1.Inventory.related_entries:type_name -> ferry.v1alpha1.RelatedInventoryEntry
+	5,  // 15: ferry.v1alpha1.RelatedInventoryEntry.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	3,  // 16: ferry.v1alpha1.RelatedInventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
+	3,  // 17: ferry.v1alpha1.InventoryEntry.key:type_name -> ferry.v1alpha1.ObjectKey
+	1,  // 18: ferry.v1alpha1.InventoryEntry.adopted_from:type_name -> ferry.v1alpha1.AdoptedFrom
+	3,  // 19: ferry.v1alpha1.StatusReport.key:type_name -> ferry.v1alpha1.ObjectKey
+	9,  // 20: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
+	5,  // 21: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	2,  // 22: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	18, // 23: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
+	19, // 24: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
+	9,  // 25: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
+	3,  // 26: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
+	4,  // 27: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
+	3,  // 28: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
+	5,  // 29: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	9,  // 30: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
@@ -1982,7 +2064,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_objects_proto_rawDesc), len(file_ferry_v1alpha1_objects_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
