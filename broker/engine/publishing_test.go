@@ -21,7 +21,7 @@ func TestRelatedClaimsFollowTheBrokersAllowList(t *testing.T) {
 		for i, k := range kinds {
 			spec.Related = append(spec.Related, ferryv1alpha1.RelatedResourceSpec{
 				Identifier: "r" + string(rune('a'+i)), Origin: ferryv1alpha1.OriginService, Group: k[0], Kind: k[1],
-				Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.name"}},
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.name"}},
 			})
 		}
 		return spec

@@ -217,7 +217,12 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		return nil // the edge deletes the copies along with the primary
 	}
 	primaryKey := objectKey(primary, w.res.GVR)
-	ns, name, err := ref.Locate(primary.Object)
+	cluster := logicalcluster.From(primary).String()
+	env, err := m.relatedEnv(ctx, ref, cluster)
+	if err != nil {
+		return err
+	}
+	ns, name, err := ref.Locate(primary.Object, env)
 	if err != nil {
 		m.mu.Lock()
 		m.relRefs.Point(it, "")
@@ -225,7 +230,6 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		m.note(ctx, it, primaryKey, "Warning", "RelatedUnresolved", err.Error())
 		return nil
 	}
-	cluster := logicalcluster.From(primary).String()
 	src := relatedPlace{gvr: ref.Resource, objectName: objectName{cluster: cluster, namespace: ns, name: name}}
 	srcKey := src.storeKey()
 	m.mu.Lock()
@@ -352,7 +356,11 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	default:
 		return fmt.Errorf("%w: the report has no state", ErrRefused)
 	}
-	ns, name, err := ref.Locate(primary.Object)
+	env, err := m.relatedEnv(ctx, ref, pk.GetCluster())
+	if err != nil {
+		return err
+	}
+	ns, name, err := ref.Locate(primary.Object, env)
 	if err != nil {
 		m.note(ctx, it, pk, "Warning", "RelatedUnresolved", err.Error())
 		return nil
@@ -443,6 +451,22 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	}
 	m.clearNote(it)
 	return nil
+}
+
+// relatedEnv is what ref is evaluated with on a kcp primary in cluster:
+// the kcp side, the workspace, and its path when a template reads it (the
+// edge rejects such a template unless spec.enableWorkspacePaths is set, so
+// the edge knows the path as well).
+func (m *Manager) relatedEnv(ctx context.Context, ref *related.Reference, cluster string) (related.Env, error) {
+	env := related.Env{Side: ferryv1alpha1.OriginKCP, ClusterName: cluster}
+	if ref.UsesClusterPath() {
+		p, err := m.workspacePath(ctx, cluster)
+		if err != nil {
+			return env, fmt.Errorf("related %q: cannot find the workspace path of %s: %w", ref.Identifier, cluster, err)
+		}
+		env.ClusterPath = p
+	}
+	return env, nil
 }
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}

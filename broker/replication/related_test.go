@@ -57,13 +57,13 @@ func TestSameRelated(t *testing.T) {
 func TestRelatedCopyOutsideThePrimarysNamespaceHolds(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{
+		Reference: &ferryv1alpha1.RelatedResourceReference{
 			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 			Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: "certs"}},
 		},
 	}, {
 		Identifier: "same", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -109,5 +109,42 @@ func TestRelatedCopyOutsideThePrimarysNamespaceHolds(t *testing.T) {
 	}
 	if refs := same.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "u-a" {
 		t.Errorf("a copy beside its primary: owner references %v, want the primary", refs)
+	}
+}
+
+// TestRelatedTemplateIsEvaluatedOnTheKCPSide: an entry in api-syncagent's
+// spelling (resource, object.template) as the edge sends it (with the kind
+// it resolved) is evaluated by the broker on the kcp primary with .Side
+// "kcp" and the primary's workspace, and the copy is written as that kind
+// of that resource.
+func TestRelatedTemplateIsEvaluatedOnTheKCPSide(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Resource: "secrets", Version: "v1", Kind: "Secret",
+		Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+			Template: &ferryv1alpha1.TemplateExpression{Template: `{{ if eq .Side "kcp" }}{{ .Object.spec.secretName }}-{{ .ClusterName }}{{ else }}local{{ end }}`},
+		}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := thing("1", map[string]any{"secretName": "app-cert"}, nil)
+	res := thingsResource()
+	res.Related = refs
+	e := newEnv(t, res, primary)
+	ctx := context.Background()
+	err = e.m.WriteRelated(ctx, "pr", &ferryv1.RelatedObjectReport{
+		RelatedTo: &ferryv1.RelatedTo{Primary: thingKey(), Identifier: "tls"},
+		State:     &ferryv1.RelatedObjectReport_Object{Object: []byte(`{"data":{"tls.crt":"Y2VydA=="}}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "app-cert-" + thingKey().GetCluster()
+	got, err := e.kcp.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("ns").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the copy is not at the kcp-side name %s: %v", name, err)
+	}
+	if got.GetKind() != "Secret" {
+		t.Errorf("kind = %q, want Secret", got.GetKind())
 	}
 }

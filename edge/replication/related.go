@@ -19,6 +19,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // Related objects on the edge.
@@ -164,7 +165,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		RelatedTo: &ferryv1.RelatedTo{Primary: rk.primary.objectKey(), Identifier: ref.Identifier},
 		Resource:  &ferryv1.GroupVersionResource{Group: ref.Local.Group, Version: ref.Local.Version, Resource: ref.Local.Resource},
 	}
-	ns, name, err := ref.Locate(primary.Object)
+	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
 	at := ""
 	if err == nil {
 		err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
@@ -311,7 +312,8 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE, true,
 			"related %q: the primary object has no copy in the service cluster (yet)", ref.Identifier)
 	}
-	ns, name, err := ref.Locate(primary.Object)
+	remote, _ := naming.RemoteFrom(primary.GetLabels(), primary.GetAnnotations())
+	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
 	if err != nil {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "on the service cluster's copy %s: %v",
 			nsName(primary.GetNamespace(), primary.GetName()), err)
@@ -420,6 +422,12 @@ func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primar
 		}
 	}
 	return nil
+}
+
+// serviceEnv is what a related entry is evaluated with on a local primary
+// copy of the kcp object remote: the service side and remote's workspace.
+func serviceEnv(remote naming.Remote) related.Env {
+	return related.Env{Side: ferryv1alpha1.OriginService, ClusterName: remote.ClusterName, ClusterPath: remote.WorkspacePath}
 }
 
 func ptrTo[T any](v T) *T { return &v }

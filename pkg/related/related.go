@@ -3,6 +3,10 @@
 // evaluated on the primary object on either side — the kcp object gives the
 // kcp-side name and namespace, the local copy the service-cluster side. Both
 // the broker and the edge use it, so both sides agree on the rules.
+//
+// Both spellings of an entry compile to the same Reference: ferry's
+// kind + reference.{name,namespace} and api-syncagent's resource +
+// object.{reference|template} with object.namespace.
 package related
 
 import (
@@ -17,6 +21,7 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Reference is one compiled related[] entry.
@@ -25,26 +30,49 @@ type Reference struct {
 	Identifier string
 	// Origin is the side that owns the object.
 	Origin ferryv1alpha1.RelatedResourceOrigin
-	// Kind is the related object's group/version/kind (version defaults to v1).
+	// Kind is the related object's group/version/kind (version defaults to
+	// v1). Kind.Kind is empty when the entry names a resource only and the
+	// kind was not resolved yet (ResolveKind).
 	Kind schema.GroupVersionKind
-	// Resource is the conventional plural resource of Kind — what the broker
-	// claims in kcp. The edge resolves the service cluster's own resource
-	// through discovery.
+	// Resource is the related kind's resource in kcp — what the broker
+	// claims. It is the entry's resource when it names one, else the
+	// conventional plural of Kind; the edge resolves the service cluster's
+	// own resource through discovery.
 	Resource schema.GroupVersionResource
+	// ByResource tells that the entry named the resource (api-syncagent's
+	// spelling) rather than the kind.
+	ByResource bool
 
 	name      locator
 	namespace *locator
 }
 
-// locator evaluates a ResourceLocator.
+// Env is what a related entry is evaluated with besides the primary
+// object: the side the primary is on and its kcp workspace (templates see
+// them as .Side, .ClusterName and .ClusterPath).
+type Env struct {
+	// Side is OriginKCP for the kcp object, OriginService for its local
+	// copy.
+	Side ferryv1alpha1.RelatedResourceOrigin
+	// ClusterName is the kcp workspace's logical cluster name.
+	ClusterName string
+	// ClusterPath is the workspace path; set only with
+	// spec.enableWorkspacePaths (UsesClusterPath).
+	ClusterPath string
+}
+
+// locator evaluates a ResourceLocator, an object reference or a template.
 type locator struct {
-	field string // "reference.name" or "reference.namespace", for errors
+	field string // e.g. "reference.name" or "object.template", for errors
 	path  fieldpath.Path
 	// static is set for an empty pattern with a replacement: the value is
 	// the replacement whatever the path holds.
 	static      bool
 	re          *regexp.Regexp
 	replacement string
+	// tmpl, when set, computes the value instead of path.
+	tmpl     *templating.Template
+	tmplText string
 }
 
 // Compile checks and compiles specs; the error names the entry and field at
@@ -77,29 +105,85 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	if s.Origin != ferryv1alpha1.OriginService && s.Origin != ferryv1alpha1.OriginKCP {
 		return nil, fmt.Errorf("origin %q: must be %q or %q", s.Origin, ferryv1alpha1.OriginService, ferryv1alpha1.OriginKCP)
 	}
-	if s.Kind == "" {
-		return nil, errors.New("kind is required")
-	}
 	version := s.Version
 	if version == "" {
 		version = "v1"
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
-	plural, _ := meta.UnsafeGuessKindToResource(gvk)
-	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk, Resource: plural}
-	name, err := compileLocator("reference.name", s.Reference.Name)
-	if err != nil {
-		return nil, err
+	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk}
+	switch {
+	case s.Resource != "":
+		// The edge sends the broker the kind it resolved beside the
+		// resource (ResolveKind), so both may be set here; admission
+		// refuses a document that sets both.
+		if errs := validation.IsDNS1123Label(s.Resource); len(errs) > 0 {
+			return nil, fmt.Errorf("resource %q: the lowercase plural, e.g. secrets: %s", s.Resource, strings.Join(errs, "; "))
+		}
+		ref.Resource = schema.GroupVersionResource{Group: s.Group, Version: version, Resource: s.Resource}
+		ref.ByResource = true
+	case s.Kind != "":
+		ref.Resource, _ = meta.UnsafeGuessKindToResource(gvk)
+	default:
+		return nil, errors.New("set kind (e.g. Secret) or resource (e.g. secrets)")
 	}
-	ref.name = name
-	if s.Reference.Namespace != nil {
-		ns, err := compileLocator("reference.namespace", *s.Reference.Namespace)
+	switch {
+	case s.Reference != nil && s.Object != nil:
+		return nil, errors.New("set reference or object, not both")
+	case s.Reference != nil:
+		name, err := compileLocator("reference.name", s.Reference.Name)
 		if err != nil {
 			return nil, err
 		}
-		ref.namespace = &ns
+		ref.name = name
+		if s.Reference.Namespace != nil {
+			ns, err := compileLocator("reference.namespace", *s.Reference.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			ref.namespace = &ns
+		}
+	case s.Object != nil:
+		name, err := compileObject("object", s.Object.RelatedResourceObjectSpec)
+		if err != nil {
+			return nil, err
+		}
+		ref.name = name
+		if s.Object.Namespace != nil {
+			ns, err := compileObject("object.namespace", *s.Object.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			ref.namespace = &ns
+		}
+	default:
+		return nil, errors.New("set reference or object to say where the related object is")
 	}
 	return ref, nil
+}
+
+// compileObject compiles one level of api-syncagent's object spelling.
+func compileObject(field string, o ferryv1alpha1.RelatedResourceObjectSpec) (locator, error) {
+	n := 0
+	for _, set := range []bool{o.Reference != nil, o.Template != nil, o.Selector != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return locator{}, fmt.Errorf("%s: set exactly one of reference, template and selector", field)
+	}
+	switch {
+	case o.Reference != nil:
+		return compileLocator(field+".reference", ferryv1alpha1.ResourceLocator{Path: o.Reference.Path, Regex: o.Reference.Regex})
+	case o.Template != nil:
+		t, err := templating.Parse(field+".template", o.Template.Template)
+		if err != nil {
+			return locator{}, err
+		}
+		return locator{field: field + ".template", tmpl: t, tmplText: o.Template.Template}, nil
+	default:
+		return locator{}, fmt.Errorf("%s.selector: label selectors are not supported yet; locate the object by reference or template", field)
+	}
 }
 
 func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, error) {
@@ -139,11 +223,21 @@ func (r *Reference) StaticNamespace() (string, bool) {
 	return r.namespace.replacement, true
 }
 
-// Locate evaluates the entry on primary (a whole object, as JSON-like map):
-// the related object's namespace and name on that side. The namespace
-// defaults to the primary's.
-func (r *Reference) Locate(primary map[string]any) (namespace, name string, err error) {
-	if name, err = r.name.eval(primary); err != nil {
+// UsesClusterPath tells whether a template of the entry reads
+// .ClusterPath, which is known only with spec.enableWorkspacePaths.
+func (r *Reference) UsesClusterPath() bool {
+	return strings.Contains(r.name.tmplText, ".ClusterPath") || r.namespace != nil && strings.Contains(r.namespace.tmplText, ".ClusterPath")
+}
+
+// ResolveKind records the kind the entry's resource is served as (the
+// edge finds it through the service cluster's discovery).
+func (r *Reference) ResolveKind(kind string) { r.Kind.Kind = kind }
+
+// Locate evaluates the entry on primary (a whole object, as JSON-like map)
+// on the side env says: the related object's namespace and name on that
+// side. The namespace defaults to the primary's.
+func (r *Reference) Locate(primary map[string]any, env Env) (namespace, name string, err error) {
+	if name, err = r.name.eval(primary, env); err != nil {
 		return "", "", fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
@@ -156,7 +250,7 @@ func (r *Reference) Locate(primary map[string]any) (namespace, name string, err 
 		}
 		return namespace, name, nil
 	}
-	if namespace, err = r.namespace.eval(primary); err != nil {
+	if namespace, err = r.namespace.eval(primary, env); err != nil {
 		return "", "", fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
@@ -165,9 +259,21 @@ func (r *Reference) Locate(primary map[string]any) (namespace, name string, err 
 	return namespace, name, nil
 }
 
-func (l locator) eval(obj map[string]any) (string, error) {
+func (l locator) eval(obj map[string]any, env Env) (string, error) {
 	if l.static {
 		return l.replacement, nil
+	}
+	if l.tmpl != nil {
+		v, err := l.tmpl.Execute(templating.Data{
+			"Object": obj, "Side": string(env.Side), "ClusterName": env.ClusterName, "ClusterPath": env.ClusterPath,
+		})
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", l.field, err)
+		}
+		if v == "" {
+			return "", fmt.Errorf("%s gives an empty name", l.field)
+		}
+		return v, nil
 	}
 	v, err := l.path.GetString(obj)
 	if err != nil {
@@ -183,6 +289,9 @@ func (l locator) eval(obj map[string]any) (string, error) {
 }
 
 func (l locator) describe() string {
+	if l.tmpl != nil {
+		return l.field
+	}
 	if l.re != nil {
 		return fmt.Sprintf("%s (path %s rewritten by %q)", l.field, l.path, l.re.String())
 	}

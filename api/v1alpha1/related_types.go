@@ -1,0 +1,197 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Related objects: the spec.related[] entries of a PublishedResource.
+//
+// Two spellings are accepted, so documents written for api-syncagent work
+// with only their apiVersion changed:
+//
+//   - ferry's: kind (+ group, version) and reference.{name,namespace}, each a
+//     path on the primary object with an optional regex;
+//   - api-syncagent's: resource (the plural, + group, version) and
+//     object.{reference|template|selector} with object.namespace.
+//
+// Exactly one of kind and resource, and exactly one of reference and object,
+// is set; admission says which when a document mixes them.
+
+// RelatedResourceOrigin tells on which side a related object is created.
+// +kubebuilder:validation:Enum=service;kcp
+type RelatedResourceOrigin string
+
+// Related resource origins.
+const (
+	OriginService RelatedResourceOrigin = "service"
+	OriginKCP     RelatedResourceOrigin = "kcp"
+)
+
+// RelatedResourceSpec describes one kind of related object.
+// +kubebuilder:validation:XValidation:rule="!(has(self.kind) && has(self.resource))",message="set kind (e.g. Secret) or resource (the plural, e.g. secrets), not both: the edge derives one from the other through the service cluster's discovery"
+// +kubebuilder:validation:XValidation:rule="has(self.kind) || has(self.resource)",message="set kind (e.g. Secret) or resource (the plural, e.g. secrets) to name the related object's type"
+// +kubebuilder:validation:XValidation:rule="!(has(self.reference) && has(self.object))",message="set reference (ferry's name/namespace paths) or object (api-syncagent's reference, template or selector), not both"
+// +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
+type RelatedResourceSpec struct {
+	// Identifier names the entry, unique within the PublishedResource.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Identifier string `json:"identifier"`
+
+	// Origin is the side where the object is created: "service" (synced up
+	// into kcp) or "kcp" (synced down).
+	// +required
+	Origin RelatedResourceOrigin `json:"origin"`
+
+	// Kind of the related object, e.g. Secret or ConfigMap. Either Kind or
+	// Resource is set.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind,omitempty"`
+
+	// Resource is the related object's plural resource name, e.g. secrets
+	// (api-syncagent's spelling; Kind is ferry's). The edge resolves it to a
+	// kind through the service cluster's discovery, so it must be served
+	// there. Either Kind or Resource is set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="resource is the lowercase plural as `kubectl api-resources` lists it (e.g. secrets, not Secrets or Secret); to name the kind write kind: Secret instead"
+	Resource string `json:"resource,omitempty"`
+
+	// Group of the related object; empty for the core group.
+	// +optional
+	Group string `json:"group,omitempty"`
+
+	// Version of the related object; default "v1".
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Reference locates the related object by paths on the primary object
+	// (ferry's spelling). Either Reference or Object is set.
+	// +optional
+	Reference *RelatedResourceReference `json:"reference,omitempty"`
+
+	// Object locates the related object by a reference, a template or a
+	// label selector, and its namespace likewise (api-syncagent's
+	// spelling). Either Reference or Object is set.
+	// +optional
+	Object *RelatedResourceObject `json:"object,omitempty"`
+}
+
+// RelatedResourceReference locates a related object by paths evaluated on
+// the primary object on each side.
+type RelatedResourceReference struct {
+	// Name of the related object.
+	// +required
+	Name ResourceLocator `json:"name"`
+	// Namespace of the related object; default: the primary's namespace.
+	// +optional
+	Namespace *ResourceLocator `json:"namespace,omitempty"`
+}
+
+// ResourceLocator evaluates a field path on an object, optionally rewritten
+// by a regular expression.
+type ResourceLocator struct {
+	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Regex rewrites the value found at Path.
+	// +optional
+	Regex *RegexReplacement `json:"regex,omitempty"`
+}
+
+// RegexReplacement is a Go regular expression replacement. An empty pattern
+// with a replacement yields the replacement as a static value.
+type RegexReplacement struct {
+	// Pattern to match; empty replaces the whole value.
+	// +optional
+	Pattern string `json:"pattern,omitempty"`
+	// Replacement, which may refer to groups as $1.
+	// +optional
+	Replacement string `json:"replacement,omitempty"`
+}
+
+// RelatedResourceObject locates a related object and its namespace
+// (api-syncagent's spelling). Each level is located in exactly one way.
+// The rules are evaluated on the primary object on each side: in kcp on
+// the kcp object, on the service cluster on its local copy (after
+// mutations), so each side finds its own name.
+type RelatedResourceObject struct {
+	RelatedResourceObjectSpec `json:",inline"`
+
+	// Namespace locates the related object's namespace; default: the
+	// primary's namespace (required when the primary is cluster-scoped).
+	// +optional
+	Namespace *RelatedResourceObjectSpec `json:"namespace,omitempty"`
+}
+
+// RelatedResourceObjectSpec is one way of locating a related object's name
+// or namespace: exactly one of Reference, Template and Selector.
+// +kubebuilder:validation:XValidation:rule="(has(self.reference) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.selector) ? 1 : 0) == 1",message="locate the related object (and its namespace) in exactly one way: reference (a path on the primary object), template (a Go template) or selector (labels, with a rewrite for the destination name)"
+type RelatedResourceObjectSpec struct {
+	// Reference is a dot-separated path on the primary object, e.g.
+	// spec.secretName, with an optional regex applied to the value.
+	// +optional
+	Reference *RelatedResourceObjectReference `json:"reference,omitempty"`
+
+	// Template is a Go template (pkg/templating: sprig functions, sha3sum,
+	// sha3short, shortHash) whose output is the name. It sees .Object (the
+	// primary object on the side it is evaluated for), .Side ("kcp" or
+	// "service"), .ClusterName and .ClusterPath (the kcp workspace).
+	// +optional
+	Template *TemplateExpression `json:"template,omitempty"`
+
+	// Selector finds the related objects by their labels on the origin side
+	// (several objects per entry); Rewrite gives each found object its name
+	// on the other side.
+	// +optional
+	Selector *RelatedResourceObjectSelector `json:"selector,omitempty"`
+}
+
+// RelatedResourceObjectReference is a path on the primary object, with an
+// optional regular expression applied to the value found.
+type RelatedResourceObjectReference struct {
+	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Regex rewrites the value found at Path.
+	// +optional
+	Regex *RegexReplacement `json:"regex,omitempty"`
+}
+
+// TemplateExpression is a Go template (see pkg/templating).
+type TemplateExpression struct {
+	// Template text, e.g. "{{ .Object.spec.secretName }}"; its output is
+	// trimmed of surrounding whitespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Template string `json:"template"`
+}
+
+// RelatedResourceObjectSelector finds related objects by their labels on
+// the origin side. Every object found is synced, named on the destination
+// side by Rewrite (the origin's names may say more than the consumer
+// should see).
+type RelatedResourceObjectSelector struct {
+	metav1.LabelSelector `json:",inline"`
+
+	// Rewrite names each found object on the destination side.
+	// +required
+	Rewrite RelatedResourceSelectorRewrite `json:"rewrite"`
+}
+
+// RelatedResourceSelectorRewrite turns a found object's name into its name
+// on the destination side: exactly one of Regex and Template.
+// +kubebuilder:validation:XValidation:rule="has(self.regex) != has(self.template)",message="rewrite sets exactly one of regex (pattern and replacement) and template (a Go template over .Value, the found name)"
+type RelatedResourceSelectorRewrite struct {
+	// Regex rewrites the found name.
+	// +optional
+	Regex *RegexReplacement `json:"regex,omitempty"`
+	// Template computes the name; .Value is the found name and
+	// .RelatedObject the found object.
+	// +optional
+	Template *TemplateExpression `json:"template,omitempty"`
+}
