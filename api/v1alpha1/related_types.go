@@ -32,6 +32,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.kind) || has(self.resource)",message="set kind (e.g. Secret) or resource (the plural, e.g. secrets) to name the related object's type"
 // +kubebuilder:validation:XValidation:rule="!(has(self.reference) && has(self.object))",message="set reference (ferry's name/namespace paths) or object (api-syncagent's reference, template or selector), not both"
 // +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
+// +kubebuilder:validation:XValidation:rule="!has(self.object) || !has(self.object.selector) || self.origin == 'service'",message="object.selector finds objects by their labels on the service cluster, so it needs origin: service; for origin kcp locate the object by object.reference or object.template"
 type RelatedResourceSpec struct {
 	// Identifier names the entry, unique within the PublishedResource.
 	// +required
@@ -118,6 +119,7 @@ type RegexReplacement struct {
 // The rules are evaluated on the primary object on each side: in kcp on
 // the kcp object, on the service cluster on its local copy (after
 // mutations), so each side finds its own name.
+// +kubebuilder:validation:XValidation:rule="!has(self.__namespace__) || !has(self.__namespace__.selector)",message="object.namespace.selector is not supported by ferry: locate the namespace by object.namespace.reference or object.namespace.template, or leave it out for the primary's namespace"
 type RelatedResourceObject struct {
 	RelatedResourceObjectSpec `json:",inline"`
 
@@ -143,9 +145,13 @@ type RelatedResourceObjectSpec struct {
 	// +optional
 	Template *TemplateExpression `json:"template,omitempty"`
 
-	// Selector finds the related objects by their labels on the origin side
-	// (several objects per entry); Rewrite gives each found object its name
-	// on the other side.
+	// Selector finds the related objects by their labels on the service
+	// cluster (origin service only; not for a namespace): every object of
+	// the kind in the related namespace whose labels match is synced, so
+	// one entry may sync several objects. matchLabels keys and values are
+	// Go templates over .Object / .LocalObject (the local primary copy),
+	// .ClusterName and .ClusterPath; a key that renders empty is left out.
+	// Rewrite gives each found object its name in kcp.
 	// +optional
 	Selector *RelatedResourceObjectSelector `json:"selector,omitempty"`
 }

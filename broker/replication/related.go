@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
@@ -350,9 +352,17 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.note(ctx, it, pk, "Warning", reason, state.Error.GetMessage())
 		return m.deleteCopies(ctx, ref.Resource, copies, nil)
 	case *ferryv1.RelatedObjectReport_Object:
+		if ref.IsSelector() {
+			return fmt.Errorf("%w: related %q selects its objects by labels; the report names one object", ErrRefused, id)
+		}
 		if err := json.Unmarshal(state.Object, &content); err != nil {
 			return fmt.Errorf("%w: the related object is not JSON: %v", ErrRefused, err)
 		}
+	case *ferryv1.RelatedObjectReport_Objects:
+		if !ref.IsSelector() {
+			return fmt.Errorf("%w: related %q locates one object by name; the report holds a set", ErrRefused, id)
+		}
+		return m.writeRelatedSet(ctx, it, pk, primary, ref, copies, state.Objects)
 	default:
 		return fmt.Errorf("%w: the report has no state", ErrRefused)
 	}
@@ -365,6 +375,79 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.note(ctx, it, pk, "Warning", "RelatedUnresolved", err.Error())
 		return nil
 	}
+	existing := findCopy(copies, ns, name)
+	// The reference moved: copies elsewhere go.
+	if err := m.deleteCopies(ctx, ref.Resource, copies, existing); err != nil {
+		return err
+	}
+	return m.writeCopy(ctx, it, pk, primary, ref, ns, name, content, existing)
+}
+
+// findCopy returns the copy at ns/name among copies (nil when none).
+func findCopy(copies []*unstructured.Unstructured, ns, name string) *unstructured.Unstructured {
+	for _, c := range copies {
+		if c.GetNamespace() == ns && c.GetName() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// writeRelatedSet writes every object a label-selected entry found for
+// primary into the namespace the entry locates on the kcp primary, under
+// the names the edge's rewrite gave them, and deletes the entry's copies
+// of objects no longer found.
+func (m *Manager) writeRelatedSet(ctx context.Context, it item, pk *ferryv1.ObjectKey, primary *unstructured.Unstructured, ref *related.Reference, copies []*unstructured.Unstructured, set *ferryv1.RelatedObjectSet) error {
+	env, err := m.relatedEnv(ctx, ref, pk.GetCluster())
+	if err != nil {
+		return err
+	}
+	ns, err := ref.LocateNamespace(primary.Object, env)
+	if err != nil {
+		m.note(ctx, it, pk, "Warning", "RelatedUnresolved", err.Error())
+		return nil
+	}
+	type entry struct {
+		name     string
+		content  map[string]any
+		existing *unstructured.Unstructured
+	}
+	entries := make([]entry, 0, len(set.GetEntries()))
+	seen := map[string]bool{}
+	for _, e := range set.GetEntries() {
+		if errs := validation.IsDNS1123Subdomain(e.GetName()); len(errs) > 0 {
+			return fmt.Errorf("%w: related %q: the name %q is not valid: %s", ErrRefused, ref.Identifier, e.GetName(), strings.Join(errs, "; "))
+		}
+		if seen[e.GetName()] {
+			return fmt.Errorf("%w: related %q: the name %q appears twice", ErrRefused, ref.Identifier, e.GetName())
+		}
+		seen[e.GetName()] = true
+		var content map[string]any
+		if err := json.Unmarshal(e.GetObject(), &content); err != nil {
+			return fmt.Errorf("%w: related object %s is not JSON: %v", ErrRefused, e.GetLocalName(), err)
+		}
+		entries = append(entries, entry{name: e.GetName(), content: content, existing: findCopy(copies, ns, e.GetName())})
+	}
+	// Objects no longer found (or found under another name) go.
+	stale := slices.DeleteFunc(slices.Clone(copies), func(c *unstructured.Unstructured) bool {
+		return c.GetNamespace() == ns && seen[c.GetName()]
+	})
+	if err := m.deleteCopies(ctx, ref.Resource, stale, nil); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := m.writeCopy(ctx, it, pk, primary, ref, ns, e.name, e.content, e.existing); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeCopy creates or updates the copy of a service-origin related
+// object at ns/name in the primary's workspace; existing is the copy
+// already there (nil when none is known).
+func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey, primary *unstructured.Unstructured, ref *related.Reference, ns, name string, content map[string]any, existing *unstructured.Unstructured) error {
+	id := ref.Identifier
 	desired := objects.RelatedContent(&unstructured.Unstructured{Object: content})
 	desired.SetAPIVersion(ref.Kind.GroupVersion().String())
 	desired.SetKind(ref.Kind.Kind)
@@ -378,16 +461,6 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		desired.SetOwnerReferences([]metav1.OwnerReference{{
 			APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
 		}})
-	}
-	var existing *unstructured.Unstructured
-	for _, c := range copies {
-		if c.GetNamespace() == ns && c.GetName() == name {
-			existing = c
-		}
-	}
-	// The reference moved: copies elsewhere go.
-	if err := m.deleteCopies(ctx, ref.Resource, copies, existing); err != nil {
-		return err
 	}
 	client, err := m.client(pk.GetCluster())
 	if err != nil {

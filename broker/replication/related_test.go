@@ -2,6 +2,9 @@ package replication
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -147,4 +150,93 @@ func TestRelatedTemplateIsEvaluatedOnTheKCPSide(t *testing.T) {
 	if got.GetKind() != "Secret" {
 		t.Errorf("kind = %q, want Secret", got.GetKind())
 	}
+}
+
+// TestLabelSelectedSetIsWrittenAndPruned: a set a label-selected entry
+// found is written into the primary's workspace under the rewritten
+// names; an object that leaves the set loses its copy, the others stay;
+// names that are invalid or repeated are refused.
+func TestLabelSelectedSetIsWrittenAndPruned(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "certs", Origin: ferryv1alpha1.OriginService, Resource: "secrets", Version: "v1", Kind: "Secret",
+		Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+			Selector: &ferryv1alpha1.RelatedResourceObjectSelector{
+				LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"owner": "x"}},
+				Rewrite:       ferryv1alpha1.RelatedResourceSelectorRewrite{Template: &ferryv1alpha1.TemplateExpression{Template: "{{ .Value }}"}},
+			},
+		}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := thing("1", map[string]any{}, nil)
+	res := thingsResource()
+	res.Related = refs
+	e := newEnv(t, res, primary)
+	ctx := context.Background()
+	secrets := e.kcp.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("ns")
+	report := func(names ...string) error {
+		set := &ferryv1.RelatedObjectSet{}
+		for _, n := range names {
+			set.Entries = append(set.Entries, &ferryv1.RelatedObjectSetEntry{LocalName: "local-" + n, Name: n, Object: []byte(`{"data":{"k":"` + n + `"}}`)})
+		}
+		return e.m.WriteRelated(ctx, "pr", &ferryv1.RelatedObjectReport{
+			RelatedTo: &ferryv1.RelatedTo{Primary: thingKey(), Identifier: "certs"},
+			State:     &ferryv1.RelatedObjectReport_Objects{Objects: set},
+		})
+	}
+	names := func() []string {
+		list, err := secrets.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range list.Items {
+			if s.GetLabels()[naming.LabelRelatedTo] != "u-a" || s.GetLabels()[naming.LabelRelatedIdentifier] != "certs" {
+				t.Errorf("%s is not labelled as the primary's copy: %v", s.GetName(), s.GetLabels())
+			}
+			out = append(out, s.GetName())
+		}
+		slices.Sort(out)
+		return out
+	}
+	if err := report("c1", "c2", "c3"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, []string{"c1", "c2", "c3"}) {
+		t.Fatalf("copies %v, want c1 c2 c3", got)
+	}
+	// The broker deletes from its watch's view of the copies: let it see them.
+	waitWatched(t, e, 3)
+	if err := report("c2", "c3", "c4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, []string{"c2", "c3", "c4"}) {
+		t.Fatalf("copies %v, want c2 c3 c4", got)
+	}
+	for _, bad := range [][]string{{"Not_Valid"}, {"c5", "c5"}} {
+		if err := report(bad...); err == nil || !errors.Is(err, ErrRefused) {
+			t.Errorf("set %v: error %v, want a refusal", bad, err)
+		}
+	}
+	// A report of one object for a label-selected entry is refused.
+	err = e.m.WriteRelated(ctx, "pr", &ferryv1.RelatedObjectReport{
+		RelatedTo: &ferryv1.RelatedTo{Primary: thingKey(), Identifier: "certs"},
+		State:     &ferryv1.RelatedObjectReport_Object{Object: []byte(`{}`)},
+	})
+	if !errors.Is(err, ErrRefused) {
+		t.Errorf("a single object for a selector entry: %v", err)
+	}
+}
+
+// waitWatched waits until the broker's related watch of secrets holds n
+// copies of the test primary.
+func waitWatched(t *testing.T, e *env, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the watch holds %d copies", n), func() bool {
+		e.m.mu.Lock()
+		rw := e.m.relWatchers[schema.GroupVersionResource{Version: "v1", Resource: "secrets"}]
+		e.m.mu.Unlock()
+		return rw != nil && len(copiesOf(rw, "u-a", "certs")) == n
+	})
 }

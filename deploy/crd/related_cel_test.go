@@ -73,6 +73,10 @@ func TestRelatedAdmission(t *testing.T) {
 			"matchLabels": map[string]any{"app": "db"},
 			"rewrite":     map[string]any{"template": map[string]any{"template": "x"}, "regex": map[string]any{"pattern": "a", "replacement": "b"}}}}}),
 			wantErr: "rewrite sets exactly one of regex"},
+		{name: "selector with origin kcp", entry: map[string]any{"identifier": "creds", "origin": "kcp", "resource": "secrets", "object": sel},
+			wantErr: "object.selector finds objects by their labels on the service cluster, so it needs origin: service"},
+		{name: "namespace selector", entry: entry(map[string]any{"resource": "secrets", "object": merge(objRef, map[string]any{"namespace": sel})}),
+			wantErr: "object.namespace.selector is not supported by ferry"},
 		{name: "rewrite empty", entry: entry(map[string]any{"resource": "secrets", "object": map[string]any{"selector": map[string]any{
 			"matchLabels": map[string]any{"app": "db"}, "rewrite": map[string]any{}}}}),
 			wantErr: "rewrite sets exactly one of regex"},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -117,6 +118,9 @@ func (e *Engine) relatedChanged(rw *relatedWatch, obj any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.rereportLocked(gvrKey(rw.gvr, u.GetNamespace(), u.GetName()), relKey{})
+	// Label-selected references in the namespace: the object may match
+	// now (a Secret labelled later appears by itself).
+	e.rereportLocked(gvrKey(rw.gvr, u.GetNamespace(), ""), relKey{})
 }
 
 // rereportLocked reports again every reference pointing at key but skip.
@@ -128,6 +132,11 @@ func (e *Engine) rereportLocked(key string, skip relKey) {
 	e.relRefs.To(key, func(rk relKey) {
 		if rk != skip {
 			refs = append(refs, rk)
+		}
+	})
+	e.relMembers.To(key, func(mk memberKey) {
+		if mk.rk != skip && !slices.Contains(refs, mk.rk) {
+			refs = append(refs, mk.rk)
 		}
 	})
 	for _, rk := range refs {
@@ -165,6 +174,10 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		RelatedTo: &ferryv1.RelatedTo{Primary: rk.primary.objectKey(), Identifier: ref.Identifier},
 		Resource:  &ferryv1.GroupVersionResource{Group: ref.Local.Group, Version: ref.Local.Version, Resource: ref.Local.Resource},
 	}
+	if ref.IsSelector() {
+		e.reportSelectedLocked(primary, ref, rw, rk, remote, report)
+		return
+	}
 	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
 	at := ""
 	if err == nil {
@@ -201,7 +214,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	}
 	prev := e.relRefs.At(rk)
 	e.relRefs.Point(rk, at)
-	if n := e.relRefs.Count(at); at != "" && n > 1 {
+	if n := e.relRefs.Count(at) + e.relMembers.Count(at); at != "" && n > 1 {
 		// Never copied while shared: one workspace would receive what was
 		// made for another (a certificate and its private key).
 		report.State = &ferryv1.RelatedObjectReport_Error{Error: &ferryv1.ApplyError{
@@ -216,6 +229,12 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		e.rereportLocked(prev, rk)
 		e.rereportLocked(at, rk)
 	}
+	e.sendRelatedLocked(rk, report)
+}
+
+// sendRelatedLocked sends report, the state of reference rk, unless it is
+// the one sent last.
+func (e *Engine) sendRelatedLocked(rk relKey, report *ferryv1.RelatedObjectReport) {
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(report)
 	if err != nil {
 		return
@@ -247,6 +266,9 @@ func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstru
 		e.relRefs.Point(rk, "")
 		delete(e.relSum, rk)
 		e.rereportLocked(prev, rk) // a conflict may be over
+		for _, k := range e.setMembersLocked(rk, nil) {
+			e.rereportLocked(k, rk)
+		}
 	}
 }
 

@@ -45,6 +45,9 @@ type Reference struct {
 
 	name      locator
 	namespace *locator
+	// selector, when set, finds the objects by labels instead of name
+	// (object.selector; origin service only).
+	selector *selector
 }
 
 // Env is what a related entry is evaluated with besides the primary
@@ -144,12 +147,23 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 		}
 	case s.Object != nil:
 		name, err := compileObject("object", s.Object.RelatedResourceObjectSpec)
-		if err != nil {
+		switch {
+		case errors.Is(err, errSelector):
+			if s.Origin != ferryv1alpha1.OriginService {
+				return nil, errors.New("object.selector: a label selector finds objects on the service cluster (origin service); for origin kcp locate the object by reference or template")
+			}
+			if ref.selector, err = compileSelector("object.selector", s.Object.Selector); err != nil {
+				return nil, err
+			}
+		case err != nil:
 			return nil, err
 		}
 		ref.name = name
 		if s.Object.Namespace != nil {
 			ns, err := compileObject("object.namespace", *s.Object.Namespace)
+			if errors.Is(err, errSelector) {
+				return nil, errors.New("object.namespace.selector: namespaces cannot be selected by labels; locate the namespace by reference or template (default: the primary's namespace)")
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -182,9 +196,13 @@ func compileObject(field string, o ferryv1alpha1.RelatedResourceObjectSpec) (loc
 		}
 		return locator{field: field + ".template", tmpl: t, tmplText: o.Template.Template}, nil
 	default:
-		return locator{}, fmt.Errorf("%s.selector: label selectors are not supported yet; locate the object by reference or template", field)
+		return locator{}, errSelector
 	}
 }
+
+// errSelector marks a selector where compileObject found one: the caller
+// compiles it (only object names may be selected by labels).
+var errSelector = errors.New("selector")
 
 func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, error) {
 	path, err := fieldpath.Parse(l.Path)
@@ -226,37 +244,52 @@ func (r *Reference) StaticNamespace() (string, bool) {
 // UsesClusterPath tells whether a template of the entry reads
 // .ClusterPath, which is known only with spec.enableWorkspacePaths.
 func (r *Reference) UsesClusterPath() bool {
-	return strings.Contains(r.name.tmplText, ".ClusterPath") || r.namespace != nil && strings.Contains(r.namespace.tmplText, ".ClusterPath")
+	return strings.Contains(r.name.tmplText, ".ClusterPath") || r.namespace != nil && strings.Contains(r.namespace.tmplText, ".ClusterPath") ||
+		r.selector != nil && r.selector.usesClusterPath
 }
 
 // ResolveKind records the kind the entry's resource is served as (the
 // edge finds it through the service cluster's discovery).
 func (r *Reference) ResolveKind(kind string) { r.Kind.Kind = kind }
 
+// IsSelector tells whether the entry finds its objects by labels
+// (FindSelector, Rewrite) rather than by name (Locate).
+func (r *Reference) IsSelector() bool { return r.selector != nil }
+
 // Locate evaluates the entry on primary (a whole object, as JSON-like map)
 // on the side env says: the related object's namespace and name on that
 // side. The namespace defaults to the primary's.
 func (r *Reference) Locate(primary map[string]any, env Env) (namespace, name string, err error) {
+	if r.selector != nil {
+		return "", "", fmt.Errorf("related %q selects its objects by labels: they have no name to locate", r.Identifier)
+	}
 	if name, err = r.name.eval(primary, env); err != nil {
 		return "", "", fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return "", "", fmt.Errorf("related %q: %s gives %q, which is not a valid name: %s", r.Identifier, r.name.describe(), name, strings.Join(errs, "; "))
 	}
+	namespace, err = r.LocateNamespace(primary, env)
+	return namespace, name, err
+}
+
+// LocateNamespace evaluates the entry's namespace on primary on the side
+// env says; it defaults to the primary's.
+func (r *Reference) LocateNamespace(primary map[string]any, env Env) (namespace string, err error) {
 	if r.namespace == nil {
 		namespace, _ = fieldpath.Path{"metadata", "namespace"}.GetString(primary)
 		if namespace == "" {
-			return "", "", fmt.Errorf("related %q: the primary object has no namespace; set reference.namespace", r.Identifier)
+			return "", fmt.Errorf("related %q: the primary object has no namespace; set reference.namespace", r.Identifier)
 		}
-		return namespace, name, nil
+		return namespace, nil
 	}
 	if namespace, err = r.namespace.eval(primary, env); err != nil {
-		return "", "", fmt.Errorf("related %q: %w", r.Identifier, err)
+		return "", fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return "", "", fmt.Errorf("related %q: %s gives %q, which is not a valid namespace: %s", r.Identifier, r.namespace.describe(), namespace, strings.Join(errs, "; "))
+		return "", fmt.Errorf("related %q: %s gives %q, which is not a valid namespace: %s", r.Identifier, r.namespace.describe(), namespace, strings.Join(errs, "; "))
 	}
-	return namespace, name, nil
+	return namespace, nil
 }
 
 func (l locator) eval(obj map[string]any, env Env) (string, error) {

@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+)
+
+// TestRelatedAPISyncagentSpelling: related entries written the way
+// api-syncagent documents them (resource + group/version, object.template
+// and object.reference) sync both ways on real servers; a template tells
+// the sides apart with .Side.
+func TestRelatedAPISyncagentSpelling(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "spelling.example.com", "Vault", "vaults", func(s *ferryv1alpha1.PublishedResourceSpec) {
+		s.Related = []ferryv1alpha1.RelatedResourceSpec{
+			{
+				Identifier: "tls", Origin: ferryv1alpha1.OriginService, Group: "", Version: "v1", Resource: "secrets",
+				Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+					Template: &ferryv1alpha1.TemplateExpression{Template: `{{ .Object.spec.secretName }}{{ if eq .Side "kcp" }}-copy{{ end }}`},
+				}},
+			},
+			{
+				Identifier: "settings", Origin: ferryv1alpha1.OriginKCP, Version: "v1", Resource: "configmaps",
+				Object: &ferryv1alpha1.RelatedResourceObject{
+					RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+						Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.configName"},
+					},
+					Namespace: &ferryv1alpha1.RelatedResourceObjectSpec{
+						Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "metadata.namespace"},
+					},
+				},
+			},
+		}
+	})
+	svc := serviceKube(t)
+	runSecretController(t, e.local, svc)
+	consumer := e.consumerKube(t)
+	if _, err := consumer.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"size": "large"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createRemote(t, "default", "web", map[string]any{"secretName": "web-tls", "configName": "settings"})
+	local := e.waitLocal(t, "default", "web", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+
+	// Service origin: the local Secret web-tls is copied into kcp under the
+	// name the template gives on the kcp side.
+	waitSecretData(t, consumer, "default", "web-tls-copy", "tls.crt", "cert for "+local.GetName())
+	// kcp origin: the consumer's ConfigMap is copied next to the local copy.
+	waitFor(t, "the ConfigMap in the service cluster", func(ctx context.Context) (bool, string) {
+		cm, err := svc.CoreV1().ConfigMaps(local.GetNamespace()).Get(ctx, "settings", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return cm.Data["size"] == "large", fmt.Sprintf("data %v", cm.Data)
+	})
+}
+
+// TestRelatedLabelSelectedSecrets: a label-selected related entry
+// (origin service) syncs every Secret of the primary's local namespace
+// that carries the primary's label — three per primary — into kcp under
+// rewritten names; a fourth labelled later appears by itself (the edge
+// watches the Secrets, nothing polls), and one unlabelled goes.
+func TestRelatedLabelSelectedSecrets(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "selector.example.com", "Keyring", "keyrings", func(s *ferryv1alpha1.PublishedResourceSpec) {
+		s.Related = []ferryv1alpha1.RelatedResourceSpec{{
+			Identifier: "keys", Origin: ferryv1alpha1.OriginService, Version: "v1", Resource: "secrets",
+			Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+				Selector: &ferryv1alpha1.RelatedResourceObjectSelector{
+					LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"keyring": "{{ .LocalObject.metadata.name }}"}},
+					// The local names carry the local (hashed) primary name;
+					// kcp sees only the key's own part.
+					Rewrite: ferryv1alpha1.RelatedResourceSelectorRewrite{Regex: &ferryv1alpha1.RegexReplacement{Pattern: "^.*-(key[0-9]+)$", Replacement: "ring-$1"}},
+				},
+			}},
+		}}
+	})
+	svc := serviceKube(t)
+	consumer := e.consumerKube(t)
+	e.createRemote(t, "default", "ring", map[string]any{"size": "3"})
+	local := e.waitLocal(t, "default", "ring", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+	mkSecret := func(n int, labelled bool) {
+		t.Helper()
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-key%d", local.GetName(), n), Namespace: local.GetNamespace()},
+			Data:       map[string][]byte{"key": []byte(fmt.Sprintf("secret %d", n))},
+		}
+		if labelled {
+			s.Labels = map[string]string{"keyring": local.GetName()}
+		}
+		if _, err := svc.CoreV1().Secrets(local.GetNamespace()).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 1; n <= 3; n++ {
+		mkSecret(n, true)
+	}
+	mkSecret(4, false)
+	copies := func(want ...string) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("copies %v in kcp", want), func(ctx context.Context) (bool, string) {
+			list, err := consumer.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{LabelSelector: "ferry.dev/related-identifier=keys"})
+			if err != nil {
+				return false, err.Error()
+			}
+			var got []string
+			for _, s := range list.Items {
+				got = append(got, s.Name)
+				if want := fmt.Sprintf("secret %s", strings.TrimPrefix(s.Name, "ring-key")); string(s.Data["key"]) != want {
+					return false, fmt.Sprintf("%s holds %q, want %q", s.Name, s.Data["key"], want)
+				}
+			}
+			slices.Sort(got)
+			return slices.Equal(got, want), fmt.Sprintf("copies %v", got)
+		})
+	}
+	copies("ring-key1", "ring-key2", "ring-key3")
+
+	// The fourth is labelled later: it appears by itself.
+	four, err := svc.CoreV1().Secrets(local.GetNamespace()).Get(ctx, local.GetName()+"-key4", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	four.Labels = map[string]string{"keyring": local.GetName()}
+	if _, err := svc.CoreV1().Secrets(four.Namespace).Update(ctx, four, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copies("ring-key1", "ring-key2", "ring-key3", "ring-key4")
+
+	// One unlabelled leaves kcp.
+	one, err := svc.CoreV1().Secrets(local.GetNamespace()).Get(ctx, local.GetName()+"-key1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one.Labels = nil
+	if _, err := svc.CoreV1().Secrets(one.Namespace).Update(ctx, one, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copies("ring-key2", "ring-key3", "ring-key4")
+
+	// Deleting the primary deletes every copy.
+	if err := e.remote.Namespace("default").Delete(ctx, "ring", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copies()
+}
