@@ -78,6 +78,20 @@ type RelatedResourceSpec struct {
 	// spelling). Either Reference or Object is set.
 	// +optional
 	Object *RelatedResourceObject `json:"object,omitempty"`
+
+	// Cleanup says whether the related copies go with the primary object.
+	// Default true: when the primary is deleted, the copies ferry wrote
+	// (in kcp for origin service, in the service cluster for origin kcp)
+	// are deleted before its finalizer is released. False keeps them: ferry
+	// removes its labels and annotations from each copy (and, in kcp, the
+	// owner reference to the primary, so kcp's garbage collector keeps it
+	// too) and never touches it again — it becomes an ordinary object of
+	// its side. A copy whose reference moves while the primary exists is
+	// still deleted, and deletionPolicy Delete of the PublishedResource
+	// still deletes every copy.
+	// +optional
+	// +kubebuilder:default=true
+	Cleanup *bool `json:"cleanup,omitempty"`
 }
 
 // RelatedResourceReference locates a related object by paths evaluated on

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -454,8 +455,8 @@ func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey,
 	desired.SetNamespace(ns)
 	desired.SetName(name)
 	desired.SetLabels(objects.MergeStrings(desired.GetLabels(), map[string]string{naming.LabelRelatedTo: pk.GetUid(), naming.LabelRelatedIdentifier: id}))
-	if ns == primary.GetNamespace() {
-		// A safety net only (copies are deleted explicitly, found by their
+	if ns == primary.GetNamespace() && ref.Cleanup {
+		// A safety net only (and never when the copy outlives the primary) (copies are deleted explicitly, found by their
 		// labels): kcp's garbage collector refuses an owner in another
 		// namespace and would delete the copy again and again.
 		desired.SetOwnerReferences([]metav1.OwnerReference{{
@@ -610,6 +611,42 @@ func (m *Manager) deleteCopies(ctx context.Context, gvr schema.GroupVersionResou
 	return nil
 }
 
+// releaseCopies hands copies of a deleted primary (by its UID) whose entry
+// says cleanup: false over to the workspace: ferry's labels and the owner
+// reference to the primary go (kcp's garbage collector would delete the
+// copy with its owner), and ferry never finds the copy again.
+func (m *Manager) releaseCopies(ctx context.Context, gvr schema.GroupVersionResource, copies []*unstructured.Unstructured, primaryUID string) error {
+	for _, c := range copies {
+		m.mu.Lock()
+		delete(m.relCopies, relatedPlace{gvr: gvr, objectName: nameOf(c)})
+		m.mu.Unlock()
+		client, err := m.client(logicalcluster.From(c).String())
+		if err != nil {
+			return err
+		}
+		owners := []any{}
+		for _, o := range c.GetOwnerReferences() {
+			if string(o.UID) != primaryUID {
+				owners = append(owners, map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "name": o.Name, "uid": string(o.UID)})
+			}
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			// The UID is a precondition: exactly this copy.
+			"uid":             string(c.GetUID()),
+			"labels":          map[string]any{naming.LabelRelatedTo: nil, naming.LabelRelatedIdentifier: nil},
+			"ownerReferences": owners,
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = client.Resource(gvr).Namespace(c.GetNamespace()).Patch(ctx, c.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil && !objectGone(err, c.GetName()) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("cannot release related %s %s/%s: %w", c.GetKind(), c.GetNamespace(), c.GetName(), err)
+		}
+	}
+	return nil
+}
+
 // defaultRelatedListWait is Options.RelatedListWait's default.
 const defaultRelatedListWait = time.Minute
 
@@ -629,11 +666,16 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 	m.mu.Lock()
 	res := m.desired[pr]
 	var watchers []watched
+	kept := map[string]bool{} // identifiers with cleanup: false
 	for _, r := range res.Related {
-		if r.Origin == ferryv1alpha1.OriginService {
-			if rw := m.relWatchers[r.Resource]; rw != nil {
-				watchers = append(watchers, watched{rw: rw, synced: m.listedFor(rw.store, key.GetCluster())})
-			}
+		if r.Origin != ferryv1alpha1.OriginService {
+			continue
+		}
+		if !r.Cleanup {
+			kept[r.Identifier] = true
+		}
+		if rw := m.relWatchers[r.Resource]; rw != nil && !slices.ContainsFunc(watchers, func(w watched) bool { return w.rw == rw }) {
+			watchers = append(watchers, watched{rw: rw, synced: m.listedFor(rw.store, key.GetCluster())})
 		}
 	}
 	m.mu.Unlock()
@@ -661,6 +703,11 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 		}
 		// Only copies in the primary's own workspace: a UID names one object.
 		copies = slices.DeleteFunc(copies, func(c *unstructured.Unstructured) bool { return logicalcluster.From(c).String() != key.GetCluster() })
+		keep := slices.DeleteFunc(slices.Clone(copies), func(c *unstructured.Unstructured) bool { return !kept[c.GetLabels()[naming.LabelRelatedIdentifier]] })
+		copies = slices.DeleteFunc(copies, func(c *unstructured.Unstructured) bool { return kept[c.GetLabels()[naming.LabelRelatedIdentifier]] })
+		if err := m.releaseCopies(ctx, rw.gvr, keep, key.GetUid()); err != nil {
+			return err
+		}
 		if err := m.deleteCopies(ctx, rw.gvr, copies, nil); err != nil {
 			return err
 		}

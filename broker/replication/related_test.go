@@ -240,3 +240,77 @@ func waitWatched(t *testing.T, e *env, n int) {
 		return rw != nil && len(copiesOf(rw, "u-a", "certs")) == n
 	})
 }
+
+// TestRelatedCleanup: when the primary is deleted, a service-origin copy
+// goes with it by default; with cleanup: false it stays in the workspace,
+// released — no ferry label, no owner reference (kcp's garbage collector
+// would delete it with the primary) — and it never had an owner
+// reference.
+func TestRelatedCleanup(t *testing.T) {
+	no := false
+	for _, tc := range []struct {
+		name    string
+		cleanup *bool
+		kept    bool
+	}{
+		{name: "default", kept: false},
+		{name: "cleanup false", cleanup: &no, kept: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+				Identifier: "certs", Origin: ferryv1alpha1.OriginService, Kind: "Secret", Cleanup: tc.cleanup,
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := thingsResource()
+			res.Related = refs
+			e := newEnv(t, res, thing("1", map[string]any{"secretName": "app-cert"}, nil))
+			ctx := context.Background()
+			err = e.m.WriteRelated(ctx, "pr", &ferryv1.RelatedObjectReport{
+				RelatedTo: &ferryv1.RelatedTo{Primary: thingKey(), Identifier: "certs"},
+				State:     &ferryv1.RelatedObjectReport_Object{Object: []byte(`{"data":{"k":"dg=="}}`)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			secrets := e.kcp.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("ns")
+			written, err := secrets.Get(ctx, "app-cert", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if owners := len(written.GetOwnerReferences()); owners != map[bool]int{true: 0, false: 1}[tc.kept] {
+				t.Errorf("%d owner references", owners)
+			}
+			// kcp names the workspace on every object; the fake does not.
+			written.SetAnnotations(map[string]string{"kcp.io/cluster": thingKey().GetCluster()})
+			if _, err := secrets.Update(ctx, written, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the watch holds the copy with its workspace", func() bool {
+				e.m.mu.Lock()
+				rw := e.m.relWatchers[schema.GroupVersionResource{Version: "v1", Resource: "secrets"}]
+				e.m.mu.Unlock()
+				return slices.ContainsFunc(copiesOf(rw, "u-a", "certs"), func(c *unstructured.Unstructured) bool { return c.GetAnnotations()["kcp.io/cluster"] != "" })
+			})
+			if err := e.m.deleteRelatedCopies(ctx, "pr", thingKey()); err != nil {
+				t.Fatal(err)
+			}
+			got, err := secrets.Get(ctx, "app-cert", metav1.GetOptions{})
+			switch {
+			case !tc.kept && !apierrors.IsNotFound(err):
+				t.Fatalf("the copy outlived its primary: %v", err)
+			case tc.kept && err != nil:
+				t.Fatalf("the copy was deleted: %v", err)
+			case tc.kept:
+				if l := got.GetLabels(); l[naming.LabelRelatedTo] != "" || l[naming.LabelRelatedIdentifier] != "" {
+					t.Errorf("the kept copy still carries ferry's labels: %v", l)
+				}
+				if len(got.GetOwnerReferences()) != 0 {
+					t.Errorf("the kept copy is still owned: %v", got.GetOwnerReferences())
+				}
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/tools/cache"
 
@@ -439,8 +440,47 @@ func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primar
 			continue
 		}
 		copies := rw.owned(relatedOwnerKey(primaryUID, ref.Identifier))
+		if !ref.Cleanup {
+			if err := e.releaseCopies(ctx, ref, copies); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// releaseCopies hands the copies of a deleted primary whose entry says
+// cleanup: false over to the service cluster: every ferry.dev/ label and
+// annotation goes, so no cache, inventory or repair of ferry's finds the
+// copy again, and it stays as an ordinary object.
+func (e *Engine) releaseCopies(ctx context.Context, ref *Related, copies []any) error {
+	for _, c := range copies {
+		u := c.(*unstructured.Unstructured)
+		labels, annotations := map[string]any{}, map[string]any{}
+		for k := range u.GetLabels() {
+			if objects.IsFerrys(k) {
+				labels[k] = nil
+			}
+		}
+		for k := range u.GetAnnotations() {
+			if objects.IsFerrys(k) && k != observedHashKey {
+				annotations[k] = nil
+			}
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid":    string(u.GetUID()), // a precondition: exactly this copy
+			"labels": labels, "annotations": annotations,
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = e.opts.Dynamic.Resource(ref.Local).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("cannot release related %s %s: %w", ref.Kind.Kind, nsName(u.GetNamespace(), u.GetName()), err)
 		}
 	}
 	return nil

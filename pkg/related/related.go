@@ -42,6 +42,9 @@ type Reference struct {
 	// ByResource tells that the entry named the resource (api-syncagent's
 	// spelling) rather than the kind.
 	ByResource bool
+	// Cleanup tells whether the copies go with the primary (spec cleanup,
+	// default true); false releases them instead.
+	Cleanup bool
 
 	name      locator
 	namespace *locator
@@ -113,7 +116,7 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 		version = "v1"
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
-	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk}
+	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup}
 	switch {
 	case s.Resource != "":
 		// The edge sends the broker the kind it resolved beside the

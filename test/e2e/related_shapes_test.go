@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -153,4 +155,78 @@ func TestRelatedLabelSelectedSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	copies()
+}
+
+// TestRelatedCleanupFalseKeepsCopies: with cleanup: false the related
+// copies outlive their primary on both sides — the service-origin Secret in
+// kcp and the kcp-origin ConfigMap in the service cluster — released from
+// ferry (no ferry.dev/ label, no owner reference kcp's garbage collector
+// would follow).
+func TestRelatedCleanupFalseKeepsCopies(t *testing.T) {
+	ctx := context.Background()
+	keep := false
+	e := newSyncEnv(t, "cleanup.example.com", "Keeper", "keepers", func(s *ferryv1alpha1.PublishedResourceSpec) {
+		s.Related = []ferryv1alpha1.RelatedResourceSpec{
+			{
+				Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret", Cleanup: &keep,
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			},
+			{
+				Identifier: "settings", Origin: ferryv1alpha1.OriginKCP, Kind: "ConfigMap", Cleanup: &keep,
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.configName"}},
+			},
+		}
+	})
+	svc := serviceKube(t)
+	runSecretController(t, e.local, svc)
+	consumer := e.consumerKube(t)
+	if _, err := consumer.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"size": "large"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createRemote(t, "default", "keeper", map[string]any{"secretName": "keeper-tls", "configName": "settings"})
+	local := e.waitLocal(t, "default", "keeper", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+	waitSecretData(t, consumer, "default", "keeper-tls", "tls.crt", "cert for "+local.GetName())
+	waitFor(t, "the ConfigMap in the service cluster", func(ctx context.Context) (bool, string) {
+		_, err := svc.CoreV1().ConfigMaps(local.GetNamespace()).Get(ctx, "settings", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+
+	if err := e.remote.Namespace("default").Delete(ctx, "keeper", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRemote(t, "default", "keeper", func(_ *unstructured.Unstructured, err error) (bool, string) {
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	ferrys := func(m map[string]string) []string {
+		var out []string
+		for k := range m {
+			if strings.HasPrefix(k, "ferry.dev/") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	// Kept, released, and still there a while later (kcp's garbage
+	// collector has nothing to follow).
+	time.Sleep(3 * time.Second)
+	s, err := consumer.CoreV1().Secrets("default").Get(ctx, "keeper-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Secret's copy in kcp went with its primary: %v", err)
+	}
+	if l := ferrys(s.Labels); len(l) > 0 || len(s.OwnerReferences) > 0 {
+		t.Errorf("the kept copy in kcp is not released: labels %v, owners %v", l, s.OwnerReferences)
+	}
+	waitFor(t, "the local primary copy deleted", func(ctx context.Context) (bool, string) {
+		_, err := e.local.Namespace(local.GetNamespace()).Get(ctx, local.GetName(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	cm, err := svc.CoreV1().ConfigMaps(local.GetNamespace()).Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the ConfigMap's copy in the service cluster went with its primary: %v", err)
+	}
+	if l, a := ferrys(cm.Labels), ferrys(cm.Annotations); len(l)+len(a) > 0 {
+		t.Errorf("the kept copy in the service cluster is not released: labels %v, annotations %v", l, a)
+	}
 }
