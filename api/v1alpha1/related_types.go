@@ -33,6 +33,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!(has(self.reference) && has(self.object))",message="set reference (ferry's name/namespace paths) or object (api-syncagent's reference, template or selector), not both"
 // +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
 // +kubebuilder:validation:XValidation:rule="!has(self.object) || !has(self.object.selector) || self.origin == 'service'",message="object.selector finds objects by their labels on the service cluster, so it needs origin: service; for origin kcp locate the object by object.reference or object.template"
+// +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
 type RelatedResourceSpec struct {
 	// Identifier names the entry, unique within the PublishedResource.
 	// +required
@@ -92,6 +93,15 @@ type RelatedResourceSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	Cleanup *bool `json:"cleanup,omitempty"`
+
+	// SyncStatus carries the related object's status along with it
+	// (default false: status stays on its side). For origin service the
+	// status of the object in the service cluster is written to the copy in
+	// kcp — through the status subresource where the kind has one — so a
+	// consumer sees e.g. whether a provisioned object is ready. Only for
+	// origin service.
+	// +optional
+	SyncStatus bool `json:"syncStatus,omitempty"`
 }
 
 // RelatedResourceReference locates a related object by paths evaluated on

@@ -203,15 +203,26 @@ func eventsClaim() apisv1alpha2.PermissionClaim {
 	return apisv1alpha2.PermissionClaim{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create", "get", "update"}}
 }
 
+// relatedResource is the resource a related entry names in kcp: its
+// resource (api-syncagent's spelling) when set, else the plural of its
+// kind.
+func relatedResource(r ferryv1alpha1.RelatedResourceSpec) schema.GroupVersionResource {
+	version := r.Version
+	if version == "" {
+		version = "v1"
+	}
+	if r.Resource != "" {
+		return schema.GroupVersionResource{Group: r.Group, Version: version, Resource: r.Resource}
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: r.Group, Version: version, Kind: r.Kind})
+	return plural
+}
+
 // relatedClaims are the permission claims related resources need.
 func relatedClaims(related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.PermissionClaim {
 	var out []apisv1alpha2.PermissionClaim
 	for _, r := range related {
-		version := r.Version
-		if version == "" {
-			version = "v1"
-		}
-		plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: r.Group, Version: version, Kind: r.Kind})
+		plural := relatedResource(r)
 		c := apisv1alpha2.PermissionClaim{
 			GroupResource: apisv1alpha2.GroupResource{Group: r.Group, Resource: plural.Resource},
 			Verbs:         slices.Clone(claimVerbs),
@@ -230,12 +241,8 @@ func relatedClaims(related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.P
 // worth retrying.
 func relatedScopeProblem(specs []ferryv1alpha1.RelatedResourceSpec, resourcesFor func(groupVersion string) (*metav1.APIResourceList, error)) (string, error) {
 	for _, r := range specs {
-		version := r.Version
-		if version == "" {
-			version = "v1"
-		}
-		gv := schema.GroupVersion{Group: r.Group, Version: version}
-		plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(r.Kind))
+		plural := relatedResource(r)
+		gv := plural.GroupVersion()
 		list, err := resourcesFor(gv.String())
 		if apierrors.IsNotFound(err) {
 			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil

@@ -91,8 +91,11 @@ func TestRelatedClaims(t *testing.T) {
 		{Identifier: "b", Kind: "Secret"},
 		{Identifier: "c", Kind: "ConfigMap"},
 		{Identifier: "d", Kind: "Certificate", Group: "cert-manager.io"},
+		// api-syncagent's spelling names the resource; the edge adds the
+		// kind it resolved, whose guessed plural would be wrong here.
+		{Identifier: "e", Resource: "geese", Kind: "Goose", Group: "farm.example"},
 	})
-	want := []string{"secrets", "configmaps", "certificates.cert-manager.io"}
+	want := []string{"secrets", "configmaps", "certificates.cert-manager.io", "geese.farm.example"}
 	if len(got) != len(want) {
 		t.Fatalf("claims %v, want %v", got, want)
 	}

@@ -450,6 +450,9 @@ func (m *Manager) writeRelatedSet(ctx context.Context, it item, pk *ferryv1.Obje
 func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey, primary *unstructured.Unstructured, ref *related.Reference, ns, name string, content map[string]any, existing *unstructured.Unstructured) error {
 	id := ref.Identifier
 	desired := objects.RelatedContent(&unstructured.Unstructured{Object: content})
+	if st, ok := content["status"]; ok && ref.SyncStatus {
+		desired.Object["status"] = st
+	}
 	desired.SetAPIVersion(ref.Kind.GroupVersion().String())
 	desired.SetKind(ref.Kind.Kind)
 	desired.SetNamespace(ns)
@@ -471,8 +474,9 @@ func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey,
 	m.mu.Lock()
 	m.relCopies[relatedPlace{gvr: ref.Resource, objectName: objectName{cluster: pk.GetCluster(), namespace: ns, name: name}}] = it
 	m.mu.Unlock()
+	var written *unstructured.Unstructured
 	if existing == nil {
-		_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+		written, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
 		if apierrors.IsNotFound(err) {
 			// The namespace does not exist in the workspace (yet): created
 			// through the namespaces claim, then the copy.
@@ -481,7 +485,7 @@ func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey,
 					"related %q: namespace %s does not exist in this workspace and the broker cannot create it (retrying): %v", id, ns, nsErr))
 				return fmt.Errorf("cannot create namespace %s for related %s: %w", ns, ref.Kind.Kind, nsErr)
 			}
-			_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+			written, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
 		}
 		if apierrors.IsAlreadyExists(err) {
 			// Ours, but not in the watch yet (written moments ago)?
@@ -508,6 +512,9 @@ func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey,
 		case err != nil:
 			return fmt.Errorf("cannot create related %s %s/%s: %w", ref.Kind.Kind, ns, name, err)
 		}
+		if err := writeRelatedStatus(ctx, ri, ref, written, desired); err != nil {
+			return err
+		}
 		m.clearNote(it)
 		return nil
 	}
@@ -520,10 +527,30 @@ func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey,
 	desired.SetAnnotations(objects.MergeStrings(kcpInternal(existing.GetAnnotations()), desired.GetAnnotations()))
 	desired.SetResourceVersion(existing.GetResourceVersion())
 	desired.SetUID(existing.GetUID())
-	if _, err := ri.Update(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	if written, err = ri.Update(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("cannot update related %s %s/%s: %w", ref.Kind.Kind, ns, name, err)
 	}
+	if err := writeRelatedStatus(ctx, ri, ref, written, desired); err != nil {
+		return err
+	}
 	m.clearNote(it)
+	return nil
+}
+
+// writeRelatedStatus writes desired's status to written, the copy as
+// create or update returned it, when ref carries status (syncStatus) and
+// the write did not (the kind has a status subresource, which create and
+// update ignore).
+func writeRelatedStatus(ctx context.Context, ri dynamic.ResourceInterface, ref *related.Reference, written, desired *unstructured.Unstructured) error {
+	want, ok := desired.Object["status"]
+	if !ref.SyncStatus || !ok || written == nil || reflect.DeepEqual(written.Object["status"], want) {
+		return nil
+	}
+	u := written.DeepCopy()
+	u.Object["status"] = want
+	if _, err := ri.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("cannot write the status of related %s %s/%s: %w", ref.Kind.Kind, written.GetNamespace(), written.GetName(), err)
+	}
 	return nil
 }
 

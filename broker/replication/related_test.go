@@ -314,3 +314,65 @@ func TestRelatedCleanup(t *testing.T) {
 		})
 	}
 }
+
+// TestRelatedSyncStatus: with syncStatus the status the edge reports is
+// written to the copy in kcp, through the status subresource when create
+// and update ignore it; without it a status in the report is dropped.
+func TestRelatedSyncStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		syncStatus bool
+		want       any
+	}{
+		{name: "syncStatus", syncStatus: true, want: map[string]any{"phase": "Ready"}},
+		{name: "default", syncStatus: false, want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+				Identifier: "db", Origin: ferryv1alpha1.OriginService, Kind: "Secret", SyncStatus: tc.syncStatus,
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := thingsResource()
+			res.Related = refs
+			e := newEnv(t, res, thing("1", map[string]any{"secretName": "app-db"}, nil))
+			// A kind with a status subresource: create and update ignore
+			// the status.
+			statusWrites := 0
+			for _, verb := range []string{"create", "update"} {
+				e.kcp.PrependReactor(verb, "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					if a.GetSubresource() == "status" {
+						statusWrites++
+						return false, nil, nil
+					}
+					if o, ok := a.(interface{ GetObject() runtime.Object }); ok {
+						if u, ok := o.GetObject().(*unstructured.Unstructured); ok {
+							delete(u.Object, "status")
+						}
+					}
+					return false, nil, nil
+				})
+			}
+			ctx := context.Background()
+			err = e.m.WriteRelated(ctx, "pr", &ferryv1.RelatedObjectReport{
+				RelatedTo: &ferryv1.RelatedTo{Primary: thingKey(), Identifier: "db"},
+				State:     &ferryv1.RelatedObjectReport_Object{Object: []byte(`{"data":{"k":"dg=="},"status":{"phase":"Ready"}}`)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.kcp.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("ns").Get(ctx, "app-db", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := got.Object["status"]; fmt.Sprint(st) != fmt.Sprint(tc.want) {
+				t.Errorf("status %v, want %v", st, tc.want)
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.syncStatus]; statusWrites != want {
+				t.Errorf("%d status writes, want %d", statusWrites, want)
+			}
+		})
+	}
+}

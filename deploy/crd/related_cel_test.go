@@ -77,6 +77,9 @@ func TestRelatedAdmission(t *testing.T) {
 			wantErr: "object.selector finds objects by their labels on the service cluster, so it needs origin: service"},
 		{name: "namespace selector", entry: entry(map[string]any{"resource": "secrets", "object": merge(objRef, map[string]any{"namespace": sel})}),
 			wantErr: "object.namespace.selector is not supported by ferry"},
+		{name: "syncStatus with origin service", entry: entry(map[string]any{"kind": "Secret", "reference": ref, "syncStatus": true, "cleanup": false})},
+		{name: "syncStatus with origin kcp", entry: map[string]any{"identifier": "creds", "origin": "kcp", "kind": "Secret", "reference": ref, "syncStatus": true},
+			wantErr: "syncStatus carries the status of a service-origin related object into kcp"},
 		{name: "rewrite empty", entry: entry(map[string]any{"resource": "secrets", "object": map[string]any{"selector": map[string]any{
 			"matchLabels": map[string]any{"app": "db"}, "rewrite": map[string]any{}}}}),
 			wantErr: "rewrite sets exactly one of regex"},

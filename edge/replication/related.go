@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -204,7 +205,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		at = gvrKey(ref.Local, ns, name)
 		report.LocalNamespace, report.LocalName = ns, name
 		if u, exists := rw.get(ns, name); exists {
-			data, err := json.Marshal(objects.RelatedContent(u).Object)
+			data, err := json.Marshal(relatedPayload(ref, u).Object)
 			if err != nil {
 				return
 			}
@@ -484,6 +485,16 @@ func (e *Engine) releaseCopies(ctx context.Context, ref *Related, copies []any) 
 		}
 	}
 	return nil
+}
+
+// relatedPayload is what the edge reports of u, a service-origin related
+// object of ref: its content, and its status when ref.SyncStatus.
+func relatedPayload(ref *Related, u *unstructured.Unstructured) *unstructured.Unstructured {
+	out := objects.RelatedContent(u)
+	if st, ok := u.Object["status"]; ok && ref.SyncStatus {
+		out.Object["status"] = runtime.DeepCopyJSONValue(st)
+	}
+	return out
 }
 
 // serviceEnv is what a related entry is evaluated with on a local primary

@@ -11,7 +11,6 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
-	"github.com/ferry-dev/ferry/pkg/objects"
 )
 
 // Label-selected related objects (object.selector, origin service) on the
@@ -132,7 +131,7 @@ func selectRelated(rw *relatedWatch, ref *Related, primary *unstructured.Unstruc
 		if !ok || u.GetNamespace() != ns || u.GetLabels()[naming.LabelRelatedTo] != "" || !sel.Matches(labels.Set(u.GetLabels())) {
 			continue
 		}
-		content := objects.RelatedContent(u)
+		content := relatedPayload(ref, u)
 		name, err := ref.Rewrite(content.Object, primary.Object, u.GetName(), serviceEnv(remote))
 		if err != nil {
 			return nil, nil, err

@@ -201,3 +201,29 @@ func TestLabelSelectedObjectFoundTwiceIsNeverCopied(t *testing.T) {
 	}
 	wait(map[string]string{"ws-a": "shared->shared"})
 }
+
+// TestRelatedPayloadCarriesStatusOnlyWithSyncStatus: the edge reports a
+// service-origin object's status only for an entry with syncStatus.
+func TestRelatedPayloadCarriesStatusOnlyWithSyncStatus(t *testing.T) {
+	u := selectedSecret("ns", "s", map[string]string{"app": "db", naming.LabelAgent: "x"})
+	u.Object["status"] = map[string]any{"phase": "Ready"}
+	for _, tc := range []struct {
+		syncStatus bool
+		want       string
+	}{{syncStatus: true, want: "map[phase:Ready]"}, {syncStatus: false, want: "<nil>"}} {
+		refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+			Identifier: "db", Origin: ferryv1alpha1.OriginService, Kind: "Secret", SyncStatus: tc.syncStatus,
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := relatedPayload(&Related{Reference: refs[0], Local: secretsGVR}, u)
+		if st := fmt.Sprint(got.Object["status"]); st != tc.want {
+			t.Errorf("syncStatus %v: status %s, want %s", tc.syncStatus, st, tc.want)
+		}
+		if got.GetLabels()[naming.LabelAgent] != "" || got.GetName() != "" {
+			t.Errorf("syncStatus %v: bookkeeping or name crossed: %v", tc.syncStatus, got.Object)
+		}
+	}
+}

@@ -45,6 +45,9 @@ type Reference struct {
 	// Cleanup tells whether the copies go with the primary (spec cleanup,
 	// default true); false releases them instead.
 	Cleanup bool
+	// SyncStatus tells whether the object's status is carried to the copy
+	// (origin service only).
+	SyncStatus bool
 
 	name      locator
 	namespace *locator
@@ -116,7 +119,10 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 		version = "v1"
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
-	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup}
+	ref := &Reference{Identifier: s.Identifier, Origin: s.Origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
+	if s.SyncStatus && s.Origin != ferryv1alpha1.OriginService {
+		return nil, errors.New("syncStatus: only a service-origin related object's status is carried into kcp; set origin: service or drop syncStatus")
+	}
 	switch {
 	case s.Resource != "":
 		// The edge sends the broker the kind it resolved beside the

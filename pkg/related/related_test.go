@@ -114,6 +114,8 @@ func TestCompileErrors(t *testing.T) {
 		{name: "bad identifier", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Identifier = "Creds" },
 			wantErr: `identifier "Creds"`},
 		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "set kind (e.g. Secret) or resource"},
+		{name: "syncStatus with origin kcp", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin, s.SyncStatus = ferryv1alpha1.OriginKCP, true },
+			wantErr: "syncStatus: only a service-origin related object's status"},
 		{name: "uppercase resource", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind, s.Resource = "", "Secrets" },
 			wantErr: `resource "Secrets": the lowercase plural`},
 		{name: "reference and object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
