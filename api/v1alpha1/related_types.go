@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Related objects: the spec.related[] entries of a PublishedResource.
@@ -34,6 +35,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
 // +kubebuilder:validation:XValidation:rule="!has(self.object) || !has(self.object.selector) || self.origin == 'service'",message="object.selector finds objects by their labels on the service cluster, so it needs origin: service; for origin kcp locate the object by object.reference or object.template"
 // +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
+// +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
+// +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
+// +kubebuilder:validation:XValidation:rule="!has(self.mutation)",message="mutation of related objects is not supported by ferry yet: shape the object on its origin side (e.g. with a spec mutation of the primary that names it)"
 type RelatedResourceSpec struct {
 	// Identifier names the entry, unique within the PublishedResource.
 	// +required
@@ -93,6 +97,31 @@ type RelatedResourceSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	Cleanup *bool `json:"cleanup,omitempty"`
+
+	// IdentityHash is api-syncagent's way of relating a kind another
+	// APIExport provides (the identity hash of that APIExport, for the
+	// permission claim). Ferry does not relate such kinds yet, so a
+	// document that sets it is refused at admission rather than synced
+	// without it.
+	// +optional
+	IdentityHash string `json:"identityHash,omitempty"`
+
+	// Projection is api-syncagent's way of relating a kind under another
+	// group, version or resource on the destination side. Ferry relates a
+	// kind under the same group, version and resource on both sides, so a
+	// document that sets it is refused at admission rather than synced to
+	// the wrong resource.
+	// +optional
+	Projection *RelatedResourceProjection `json:"projection,omitempty"`
+
+	// Mutation is api-syncagent's way of rewriting related objects on
+	// their way. Ferry does not mutate related objects yet, so a document
+	// that sets it is refused at admission rather than synced unmutated.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	Mutation *runtime.RawExtension `json:"mutation,omitempty"`
 
 	// SyncStatus carries the related object's status along with it
 	// (default false: status stays on its side). For origin service the
@@ -224,4 +253,18 @@ type RelatedResourceSelectorRewrite struct {
 	// .RelatedObject the found object.
 	// +optional
 	Template *TemplateExpression `json:"template,omitempty"`
+}
+
+// RelatedResourceProjection is api-syncagent's projection of a related
+// kind (refused at admission; see RelatedResourceSpec.Projection).
+type RelatedResourceProjection struct {
+	// Group on the destination side.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Version on the destination side.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Resource on the destination side.
+	// +optional
+	Resource string `json:"resource,omitempty"`
 }

@@ -80,6 +80,12 @@ func TestRelatedAdmission(t *testing.T) {
 		{name: "syncStatus with origin service", entry: entry(map[string]any{"kind": "Secret", "reference": ref, "syncStatus": true, "cleanup": false})},
 		{name: "syncStatus with origin kcp", entry: map[string]any{"identifier": "creds", "origin": "kcp", "kind": "Secret", "reference": ref, "syncStatus": true},
 			wantErr: "syncStatus carries the status of a service-origin related object into kcp"},
+		{name: "identityHash", entry: entry(map[string]any{"resource": "things", "group": "other.example", "object": objRef, "identityHash": "423ui5gfr8f237"}),
+			wantErr: "identityHash (a related kind another APIExport provides) is not supported by ferry yet"},
+		{name: "projection", entry: entry(map[string]any{"resource": "secrets", "object": objRef, "projection": map[string]any{"group": "api.example.com", "version": "v2"}}),
+			wantErr: "projection of a related kind is not supported by ferry yet"},
+		{name: "mutation", entry: entry(map[string]any{"resource": "secrets", "object": objRef, "mutation": map[string]any{"spec": []any{map[string]any{"delete": map[string]any{"path": "data.x"}}}}}),
+			wantErr: "mutation of related objects is not supported by ferry yet"},
 		{name: "rewrite empty", entry: entry(map[string]any{"resource": "secrets", "object": map[string]any{"selector": map[string]any{
 			"matchLabels": map[string]any{"app": "db"}, "rewrite": map[string]any{}}}}),
 			wantErr: "rewrite sets exactly one of regex"},

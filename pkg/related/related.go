@@ -114,6 +114,16 @@ func compileOne(s ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	if s.Origin != ferryv1alpha1.OriginService && s.Origin != ferryv1alpha1.OriginKCP {
 		return nil, fmt.Errorf("origin %q: must be %q or %q", s.Origin, ferryv1alpha1.OriginService, ferryv1alpha1.OriginKCP)
 	}
+	// api-syncagent's fields ferry does not honour yet (admission refuses
+	// them too): never silently ignored.
+	switch {
+	case s.IdentityHash != "":
+		return nil, errors.New("identityHash: related kinds of another APIExport are not supported yet")
+	case s.Projection != nil:
+		return nil, errors.New("projection: a related kind is related under the same group, version and resource on both sides")
+	case s.Mutation != nil:
+		return nil, errors.New("mutation: related objects are not mutated yet")
+	}
 	version := s.Version
 	if version == "" {
 		version = "v1"

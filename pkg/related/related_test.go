@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 )
 
@@ -116,6 +118,12 @@ func TestCompileErrors(t *testing.T) {
 		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "set kind (e.g. Secret) or resource"},
 		{name: "syncStatus with origin kcp", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin, s.SyncStatus = ferryv1alpha1.OriginKCP, true },
 			wantErr: "syncStatus: only a service-origin related object's status"},
+		{name: "identityHash", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = "abc" }, wantErr: "identityHash: related kinds of another APIExport"},
+		{name: "projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
+		}, wantErr: "projection: a related kind is related under the same"},
+		{name: "mutation", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Mutation = &runtime.RawExtension{Raw: []byte(`{}`)} },
+			wantErr: "mutation: related objects are not mutated yet"},
 		{name: "uppercase resource", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind, s.Resource = "", "Secrets" },
 			wantErr: `resource "Secrets": the lowercase plural`},
 		{name: "reference and object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
