@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -229,4 +230,65 @@ func TestRelatedCleanupFalseKeepsCopies(t *testing.T) {
 	if l, a := ferrys(cm.Labels), ferrys(cm.Annotations); len(l)+len(a) > 0 {
 		t.Errorf("the kept copy in the service cluster is not released: labels %v, annotations %v", l, a)
 	}
+}
+
+// TestRelatedSyncStatus: a related kind with a status subresource — a CRD
+// of this edge, published schema-only (synchronization disabled) in the
+// same APIExport, so kcp serves it under the same group, version and
+// resource — is related with syncStatus: the status the service cluster
+// gives it is carried to its copy in kcp, and a change of it follows.
+func TestRelatedSyncStatus(t *testing.T) {
+	ctx := context.Background()
+	own := sanitize(t.Name()) + ".e2e.ferry.dev" // the APIExport's name: its own group
+	disabled := false
+	envs := newSyncEnvs(t, "c",
+		publication{crd: testCRD("syncstatus.example.com", "Database", "databases", apiextensionsv1.NamespaceScoped, "v1"),
+			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
+				s.Related = []ferryv1alpha1.RelatedResourceSpec{{
+					Identifier: "grant", Origin: ferryv1alpha1.OriginService, Group: own, Version: "v1", Resource: "grants", SyncStatus: true,
+					Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+						Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.grantName"},
+					}},
+				}}
+			}},
+		publication{crd: testCRD(own, "Grant", "grants", apiextensionsv1.NamespaceScoped, "v1"),
+			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
+				s.Synchronization = &ferryv1alpha1.SynchronizationSpec{Enabled: &disabled}
+			}},
+	)
+	db, grants := envs[0], envs[1]
+	db.createRemote(t, "default", "orders", map[string]any{"grantName": "orders-grant"})
+	local := db.waitLocal(t, "default", "orders", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+
+	// The service's controller grants access and reports it in status.
+	g := &unstructured.Unstructured{Object: map[string]any{"apiVersion": own + "/v1", "kind": "Grant",
+		"metadata": map[string]any{"name": "orders-grant", "namespace": local.GetNamespace()},
+		"spec":     map[string]any{"user": "orders"}}}
+	created, err := grants.local.Namespace(local.GetNamespace()).Create(ctx, g, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setStatus := func(phase string) {
+		t.Helper()
+		created.Object["status"] = map[string]any{"phase": phase}
+		if created, err = grants.local.Namespace(local.GetNamespace()).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCopy := func(phase string) {
+		t.Helper()
+		waitFor(t, "the Grant's copy in kcp with status "+phase, func(ctx context.Context) (bool, string) {
+			c, err := grants.remote.Namespace("default").Get(ctx, "orders-grant", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			got, _, _ := unstructured.NestedString(c.Object, "status", "phase")
+			user, _, _ := unstructured.NestedString(c.Object, "spec", "user")
+			return got == phase && user == "orders", fmt.Sprintf("status.phase %q, spec.user %q", got, user)
+		})
+	}
+	setStatus("Provisioning")
+	waitCopy("Provisioning")
+	setStatus("Ready")
+	waitCopy("Ready")
 }
