@@ -242,16 +242,16 @@ func TestRelatedSyncStatus(t *testing.T) {
 	own := sanitize(t.Name()) + ".e2e.ferry.dev" // the APIExport's name: its own group
 	disabled := false
 	envs := newSyncEnvs(t, "c",
-		publication{crd: testCRD("syncstatus.example.com", "Ledger", "ledgers", apiextensionsv1.NamespaceScoped, "v1"),
+		publication{crd: testCRD("syncstatus.example.com", "Abacus", "abacuses", apiextensionsv1.NamespaceScoped, "v1"),
 			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
 				s.Related = []ferryv1alpha1.RelatedResourceSpec{{
-					Identifier: "grant", Origin: ferryv1alpha1.OriginService, Group: own, Version: "v1", Resource: "permits", SyncStatus: true,
+					Identifier: "grant", Origin: ferryv1alpha1.OriginService, Group: own, Version: "v1", Resource: "vouchers", SyncStatus: true,
 					Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
 						Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.grantName"},
 					}},
 				}}
 			}},
-		publication{crd: testCRD(own, "Permit", "permits", apiextensionsv1.NamespaceScoped, "v1"),
+		publication{crd: testCRD(own, "Voucher", "vouchers", apiextensionsv1.NamespaceScoped, "v1"),
 			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
 				s.Synchronization = &ferryv1alpha1.SynchronizationSpec{Enabled: &disabled}
 			}},
@@ -261,7 +261,7 @@ func TestRelatedSyncStatus(t *testing.T) {
 	local := db.waitLocal(t, "default", "orders", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 
 	// The service's controller grants access and reports it in status.
-	g := &unstructured.Unstructured{Object: map[string]any{"apiVersion": own + "/v1", "kind": "Permit",
+	g := &unstructured.Unstructured{Object: map[string]any{"apiVersion": own + "/v1", "kind": "Voucher",
 		"metadata": map[string]any{"name": "orders-grant", "namespace": local.GetNamespace()},
 		"spec":     map[string]any{"user": "orders"}}}
 	created, err := grants.local.Namespace(local.GetNamespace()).Create(ctx, g, metav1.CreateOptions{})
