@@ -23,7 +23,7 @@ import (
 // the sides apart with .Side.
 func TestRelatedAPISyncagentSpelling(t *testing.T) {
 	ctx := context.Background()
-	e := newSyncEnv(t, "spelling.example.com", "Vault", "vaults", func(s *ferryv1alpha1.PublishedResourceSpec) {
+	e := newSyncEnv(t, "spelling.example.com", "Casket", "caskets", func(s *ferryv1alpha1.PublishedResourceSpec) {
 		s.Related = []ferryv1alpha1.RelatedResourceSpec{
 			{
 				Identifier: "tls", Origin: ferryv1alpha1.OriginService, Group: "", Version: "v1", Resource: "secrets",
@@ -166,7 +166,7 @@ func TestRelatedLabelSelectedSecrets(t *testing.T) {
 func TestRelatedCleanupFalseKeepsCopies(t *testing.T) {
 	ctx := context.Background()
 	keep := false
-	e := newSyncEnv(t, "cleanup.example.com", "Keeper", "keepers", func(s *ferryv1alpha1.PublishedResourceSpec) {
+	e := newSyncEnv(t, "cleanup.example.com", "Hoarder", "hoarders", func(s *ferryv1alpha1.PublishedResourceSpec) {
 		s.Related = []ferryv1alpha1.RelatedResourceSpec{
 			{
 				Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret", Cleanup: &keep,
