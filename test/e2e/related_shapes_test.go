@@ -242,6 +242,12 @@ func TestRelatedSyncStatus(t *testing.T) {
 	own := sanitize(t.Name()) + ".e2e.ferry.dev" // the APIExport's name: its own group
 	disabled := false
 	envs := newSyncEnvs(t, "c",
+		// The related kind first: the edge resolves a related resource
+		// when it reconciles the PublishedResource that names it.
+		publication{crd: testCRD(own, "Voucher", "vouchers", apiextensionsv1.NamespaceScoped, "v1"),
+			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
+				s.Synchronization = &ferryv1alpha1.SynchronizationSpec{Enabled: &disabled}
+			}},
 		publication{crd: testCRD("syncstatus.example.com", "Abacus", "abacuses", apiextensionsv1.NamespaceScoped, "v1"),
 			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
 				s.Related = []ferryv1alpha1.RelatedResourceSpec{{
@@ -251,12 +257,8 @@ func TestRelatedSyncStatus(t *testing.T) {
 					}},
 				}}
 			}},
-		publication{crd: testCRD(own, "Voucher", "vouchers", apiextensionsv1.NamespaceScoped, "v1"),
-			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
-				s.Synchronization = &ferryv1alpha1.SynchronizationSpec{Enabled: &disabled}
-			}},
 	)
-	db, grants := envs[0], envs[1]
+	grants, db := envs[0], envs[1]
 	db.createRemote(t, "default", "orders", map[string]any{"grantName": "orders-grant"})
 	local := db.waitLocal(t, "default", "orders", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 
