@@ -153,7 +153,32 @@ func (r *Reconciler) forCRD(ctx context.Context, o client.Object) []reconcile.Re
 	for _, pr := range list.Items {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pr)})
 	}
+	// And those whose related[] names it: an entry refused (RelatedInvalid)
+	// because the service cluster did not serve the kind yet is checked
+	// again when it does. CRD events are rare; all PublishedResources are
+	// listed from the cache.
+	var all ferryv1alpha1.PublishedResourceList
+	if err := r.Client.List(ctx, &all); err != nil {
+		r.Log.Error(err, "cannot list PublishedResources for CRD", "crd", crd.Name)
+		return out
+	}
+	for _, pr := range all.Items {
+		if relatesCRD(&pr, crd) && !slices.ContainsFunc(out, func(q reconcile.Request) bool { return q.Name == pr.Name }) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pr)})
+		}
+	}
 	return out
+}
+
+// relatesCRD tells whether a related[] entry of pr names crd's kind or
+// resource.
+func relatesCRD(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, r := range pr.Spec.Related {
+		if r.Group == crd.Spec.Group && (r.Kind != "" && r.Kind == crd.Spec.Names.Kind || r.Resource != "" && r.Resource == crd.Spec.Names.Plural) {
+			return true
+		}
+	}
+	return false
 }
 
 // Reconcile validates one PublishedResource, hands it to the Store and

@@ -1,12 +1,16 @@
 package publish
 
 import (
+	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -89,5 +93,34 @@ func TestRelatedResourceSpelling(t *testing.T) {
 				t.Error("newPublish changed the PublishedResource's own spec")
 			}
 		})
+	}
+}
+
+// TestCRDEventReachesPublishedResourcesRelatingIt: a PublishedResource
+// whose related[] names a kind the service cluster did not serve yet is
+// reconciled again when that CRD appears (it stayed RelatedInvalid until
+// something else touched it).
+func TestCRDEventReachesPublishedResourcesRelatingIt(t *testing.T) {
+	byResource := widgetPR("by-resource", time.Now(), nil)
+	byResource.Spec.Related = []ferryv1alpha1.RelatedResourceSpec{{Identifier: "g", Origin: ferryv1alpha1.OriginService, Group: "grants.example", Resource: "grants",
+		Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+			Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.grant"}}}}}
+	byKind := widgetPR("by-kind", time.Now(), nil)
+	byKind.Spec.Related = []ferryv1alpha1.RelatedResourceSpec{{Identifier: "g", Origin: ferryv1alpha1.OriginService, Group: "grants.example", Kind: "Grant",
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.grant"}}}}
+	unrelated := widgetPR("unrelated", time.Now(), nil)
+	h := newHarness(t, byResource, byKind, unrelated)
+	grants := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "grants.grants.example"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "grants.example",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Grant", Plural: "grants"}},
+	}
+	var got []string
+	for _, req := range h.r.forCRD(context.Background(), grants) {
+		got = append(got, req.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"by-kind", "by-resource"}) {
+		t.Errorf("requests %v, want by-kind and by-resource", got)
 	}
 }
