@@ -242,12 +242,6 @@ func TestRelatedSyncStatus(t *testing.T) {
 	own := sanitize(t.Name()) + ".e2e.ferry.dev" // the APIExport's name: its own group
 	disabled := false
 	envs := newSyncEnvs(t, "c",
-		// The related kind first: the edge resolves a related resource
-		// when it reconciles the PublishedResource that names it.
-		publication{crd: testCRD(own, "Voucher", "vouchers", apiextensionsv1.NamespaceScoped, "v1"),
-			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
-				s.Synchronization = &ferryv1alpha1.SynchronizationSpec{Enabled: &disabled}
-			}},
 		publication{crd: testCRD("syncstatus.example.com", "Abacus", "abacuses", apiextensionsv1.NamespaceScoped, "v1"),
 			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
 				s.Related = []ferryv1alpha1.RelatedResourceSpec{{
@@ -257,8 +251,14 @@ func TestRelatedSyncStatus(t *testing.T) {
 					}},
 				}}
 			}},
+		// Published after the PublishedResource that relates it: the edge
+		// checks the related entry again when the CRD appears.
+		publication{crd: testCRD(own, "Voucher", "vouchers", apiextensionsv1.NamespaceScoped, "v1"),
+			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
+				s.Synchronization = &ferryv1alpha1.SynchronizationSpec{Enabled: &disabled}
+			}},
 	)
-	grants, db := envs[0], envs[1]
+	db, grants := envs[0], envs[1]
 	db.createRemote(t, "default", "orders", map[string]any{"grantName": "orders-grant"})
 	local := db.waitLocal(t, "default", "orders", func(*unstructured.Unstructured) (bool, string) { return true, "" })
 
