@@ -1,8 +1,6 @@
 package v1alpha1
 
 import (
-	"strings"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -71,7 +69,7 @@ type PublishedResourceSpec struct {
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, (has(b.identifier) ? b.identifier : b.kind.lowerAscii()) == (has(a.identifier) ? a.identifier : a.kind.lowerAscii())))",message="two spec.related entries have the same identifier (an unset identifier is the kind in lowercase, e.g. secret): set identifier on the entries of the same kind so that each is different"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, (has(b.identifier) ? b.identifier : has(b.resource) ? b.resource : b.kind.lowerAscii()) == (has(a.identifier) ? a.identifier : has(a.resource) ? a.resource : a.kind.lowerAscii())))",message="two spec.related entries have the same identifier (an unset identifier is the resource, e.g. secrets, or else the kind in lowercase, e.g. secret): set identifier on the entries of the same kind so that each is different"
 	Related []RelatedResourceSpec `json:"related,omitempty"`
 
 	// Mutation rewrites objects on their way between kcp and the service
@@ -352,109 +350,6 @@ type ResourceNaming struct {
 	// exactly that kcp object.
 	// +optional
 	AllowNameCollisions bool `json:"allowNameCollisions,omitempty"`
-}
-
-// RelatedResourceOrigin tells on which side a related object is created:
-// "service" or "kcp". "platform", the seeds' word for kcp, is accepted as
-// written and means kcp; compare origins through Normalized.
-// +kubebuilder:validation:Enum=service;kcp;platform
-type RelatedResourceOrigin string
-
-// Related resource origins.
-const (
-	OriginService RelatedResourceOrigin = "service"
-	OriginKCP     RelatedResourceOrigin = "kcp"
-	// OriginPlatform is the seeds' spelling of OriginKCP.
-	OriginPlatform RelatedResourceOrigin = "platform"
-)
-
-// Normalized returns the origin in ferry's spelling: platform becomes kcp;
-// anything else is returned unchanged (and refused where it is compiled).
-func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
-	if o == OriginPlatform {
-		return OriginKCP
-	}
-	return o
-}
-
-// RelatedResourceSpec describes one kind of related object.
-type RelatedResourceSpec struct {
-	// Identifier names the entry, unique within the PublishedResource; it
-	// labels the related copies. Default: the kind in lowercase (e.g.
-	// "secret"), as the seeds' examples leave it out; two entries of one
-	// kind must set it.
-	// +optional
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	// +kubebuilder:validation:MaxLength=63
-	Identifier string `json:"identifier,omitempty"`
-
-	// Origin is the side where the object is created: "service" (synced up
-	// into kcp) or "kcp" (synced down); "platform" (the seeds' word) means
-	// kcp.
-	// +required
-	Origin RelatedResourceOrigin `json:"origin"`
-
-	// Kind of the related object, e.g. Secret or ConfigMap.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=63
-	Kind string `json:"kind"`
-
-	// Group of the related object; empty for the core group.
-	// +optional
-	Group string `json:"group,omitempty"`
-
-	// Version of the related object; default "v1".
-	// +optional
-	Version string `json:"version,omitempty"`
-
-	// Reference locates the related object from the primary object.
-	// +required
-	Reference RelatedResourceReference `json:"reference"`
-}
-
-// EffectiveIdentifier is the identifier, or its default: the kind in
-// lowercase.
-func (s *RelatedResourceSpec) EffectiveIdentifier() string {
-	if s.Identifier != "" {
-		return s.Identifier
-	}
-	return strings.ToLower(s.Kind)
-}
-
-// RelatedResourceReference locates a related object by paths evaluated on
-// the primary object on each side.
-type RelatedResourceReference struct {
-	// Name of the related object.
-	// +required
-	Name ResourceLocator `json:"name"`
-	// Namespace of the related object; default: the primary's namespace.
-	// +optional
-	Namespace *ResourceLocator `json:"namespace,omitempty"`
-}
-
-// ResourceLocator evaluates a field path on an object, optionally rewritten
-// by a regular expression.
-type ResourceLocator struct {
-	// Path is a dot-separated field path, e.g. "spec.secretName".
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	Path string `json:"path"`
-	// Regex rewrites the value found at Path.
-	// +optional
-	Regex *RegexReplacement `json:"regex,omitempty"`
-}
-
-// RegexReplacement is a Go regular expression replacement. An empty pattern
-// with a replacement yields the replacement as a static value.
-type RegexReplacement struct {
-	// Pattern to match; empty replaces the whole value.
-	// +optional
-	Pattern string `json:"pattern,omitempty"`
-	// Replacement, which may refer to groups as $1 or ${1} (Go) or as \1
-	// (the seeds' and api-syncagent's spelling; \\ is a literal backslash).
-	// +optional
-	Replacement string `json:"replacement,omitempty"`
 }
 
 // ResourceMutationSpec lists mutations by direction.

@@ -245,7 +245,10 @@ func (w *publishWorker) refuseRelated(msg *ferryv1.Publish, spec *ferryv1alpha1.
 		return nil
 	}
 	for _, ref := range refs {
-		if gr := ref.Resource.GroupResource(); !w.allowRelated(gr) {
+		// The APIExport's own resources (published by this edge, e.g.
+		// schema-only with synchronization disabled) are the edge's API:
+		// no permission claim, nothing to allow.
+		if gr := ref.Resource.GroupResource(); gr.Group != w.export.Name && !w.allowRelated(gr) {
 			w.mgr.CountRefused()
 			w.log.Info("refused a PublishedResource: its related[] names a resource this edge may not claim", logging.KeyPublishedResource, msg.GetPublishedResource(),
 				"related", ref.Identifier, "resource", gr.String())

@@ -21,7 +21,7 @@ func TestRelatedClaimsFollowTheBrokersAllowList(t *testing.T) {
 		for i, k := range kinds {
 			spec.Related = append(spec.Related, ferryv1alpha1.RelatedResourceSpec{
 				Identifier: "r" + string(rune('a'+i)), Origin: ferryv1alpha1.OriginService, Group: k[0], Kind: k[1],
-				Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.name"}},
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.name"}},
 			})
 		}
 		return spec
@@ -38,12 +38,13 @@ func TestRelatedClaimsFollowTheBrokersAllowList(t *testing.T) {
 		{name: "a kind not in the default list", spec: publishWith([2]string{"", "Secret"}, [2]string{"example.com", "Widget"}),
 			refused: "spec.related[rb]: the broker's configuration does not let this edge claim widgets.example.com"},
 		{name: "a kind the entry allows", allowed: []string{"widgets.example.com"}, spec: publishWith([2]string{"example.com", "Widget"})},
+		{name: "the APIExport's own resource", spec: publishWith([2]string{"export.example", "Grant"})},
 		{name: "secrets not in an explicit list", allowed: []string{"widgets.example.com"}, spec: publishWith([2]string{"", "Secret"}), refused: "secrets"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			mgr := replication.NewManager(replication.Options{EdgeName: "edge", Log: logr.Discard()})
-			w := newPublishWorker(nil, config.APIExportRef{Workspace: "root:org", Name: "example.com"}, func(*ferryv1.PublishResult) {}, logr.Discard(), mgr,
+			w := newPublishWorker(nil, config.APIExportRef{Workspace: "root:org", Name: "export.example"}, func(*ferryv1.PublishResult) {}, logr.Discard(), mgr,
 				config.Edge{RelatedResources: tc.allowed}.AllowsRelated)
 			res := w.refuseRelated(&ferryv1.Publish{PublishedResource: "pr"}, tc.spec)
 			switch {

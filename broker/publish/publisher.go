@@ -89,7 +89,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	}
 
 	path := logicalcluster.NewPath(export.Workspace)
-	if msg, err := relatedScopeProblem(spec.Related, p.client.Cluster(path).Discovery().ServerResourcesForGroupVersion); err != nil || msg != "" {
+	if msg, err := relatedScopeProblem(export.Name, spec.Related, p.client.Cluster(path).Discovery().ServerResourcesForGroupVersion); err != nil || msg != "" {
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +104,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 		p.log.Info("created APIResourceSchema", "schema", ars.Name, logging.KeyExport, export.String())
 	}
 
-	claims := relatedClaims(spec.Related)
+	claims := relatedClaims(export.Name, spec.Related)
 	if spec.Synchronization == nil || spec.Synchronization.Enabled == nil || *spec.Synchronization.Enabled {
 		// Sync failures are reported as Events on the kcp objects.
 		claims = append(claims, eventsClaim())
@@ -200,15 +200,31 @@ func eventsClaim() apisv1alpha2.PermissionClaim {
 	return apisv1alpha2.PermissionClaim{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create", "get", "update"}}
 }
 
-// relatedClaims are the permission claims related resources need.
-func relatedClaims(related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.PermissionClaim {
+// relatedResource is the resource a related entry names in kcp: its
+// resource (api-syncagent's spelling) when set, else the plural of its
+// kind.
+func relatedResource(r ferryv1alpha1.RelatedResourceSpec) schema.GroupVersionResource {
+	version := r.Version
+	if version == "" {
+		version = "v1"
+	}
+	if r.Resource != "" {
+		return schema.GroupVersionResource{Group: r.Group, Version: version, Resource: r.Resource}
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: r.Group, Version: version, Kind: r.Kind})
+	return plural
+}
+
+// relatedClaims are the permission claims related resources need; the
+// APIExport's own resources (group ownGroup, the export's name) need none:
+// its virtual workspace serves them in every bound workspace.
+func relatedClaims(ownGroup string, related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.PermissionClaim {
 	var out []apisv1alpha2.PermissionClaim
 	for _, r := range related {
-		version := r.Version
-		if version == "" {
-			version = "v1"
+		plural := relatedResource(r)
+		if plural.Group == ownGroup {
+			continue
 		}
-		plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: r.Group, Version: version, Kind: r.Kind})
 		c := apisv1alpha2.PermissionClaim{
 			GroupResource: apisv1alpha2.GroupResource{Group: r.Group, Resource: plural.Resource},
 			Verbs:         slices.Clone(claimVerbs),
@@ -225,14 +241,17 @@ func relatedClaims(related []ferryv1alpha1.RelatedResourceSpec) []apisv1alpha2.P
 // broker claims and writes related objects only inside a namespace of a
 // consumer's workspace, whatever the edge checked on its side. An error is
 // worth retrying.
-func relatedScopeProblem(specs []ferryv1alpha1.RelatedResourceSpec, resourcesFor func(groupVersion string) (*metav1.APIResourceList, error)) (string, error) {
+//
+// The APIExport's own resources (group ownGroup) are not served in its
+// workspace, only to bound workspaces: their scope is the one their
+// PublishedResource publishes, and the edge checked it on its CRD.
+func relatedScopeProblem(ownGroup string, specs []ferryv1alpha1.RelatedResourceSpec, resourcesFor func(groupVersion string) (*metav1.APIResourceList, error)) (string, error) {
 	for _, r := range specs {
-		version := r.Version
-		if version == "" {
-			version = "v1"
+		plural := relatedResource(r)
+		if plural.Group == ownGroup {
+			continue
 		}
-		gv := schema.GroupVersion{Group: r.Group, Version: version}
-		plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(r.Kind))
+		gv := plural.GroupVersion()
 		list, err := resourcesFor(gv.String())
 		if apierrors.IsNotFound(err) {
 			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil

@@ -86,13 +86,18 @@ func TestMergeExport(t *testing.T) {
 }
 
 func TestRelatedClaims(t *testing.T) {
-	got := relatedClaims([]ferryv1alpha1.RelatedResourceSpec{
+	got := relatedClaims("export.example", []ferryv1alpha1.RelatedResourceSpec{
 		{Identifier: "a", Kind: "Secret"},
 		{Identifier: "b", Kind: "Secret"},
 		{Identifier: "c", Kind: "ConfigMap"},
 		{Identifier: "d", Kind: "Certificate", Group: "cert-manager.io"},
+		// api-syncagent's spelling names the resource; the edge adds the
+		// kind it resolved, whose guessed plural would be wrong here.
+		{Identifier: "e", Resource: "geese", Kind: "Goose", Group: "farm.example"},
+		// The APIExport's own resource: served to bound workspaces, no claim.
+		{Identifier: "f", Resource: "grants", Kind: "Grant", Group: "export.example"},
 	})
-	want := []string{"secrets", "configmaps", "certificates.cert-manager.io"}
+	want := []string{"secrets", "configmaps", "certificates.cert-manager.io", "geese.farm.example"}
 	if len(got) != len(want) {
 		t.Fatalf("claims %v, want %v", got, want)
 	}
@@ -146,10 +151,11 @@ func TestRelatedScopeProblem(t *testing.T) {
 		{name: "kind not in its group", entry: entry("", "Widget"), problem: "kcp does not serve widgets"},
 		{name: "group not served", entry: entry("example.com", "Widget"), problem: "kcp does not serve widgets.example.com"},
 		{name: "discovery failing is retried", entry: entry("broken", "Widget"), err: true},
+		{name: "the APIExport's own resource", entry: entry("export.example", "Grant")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := relatedScopeProblem([]ferryv1alpha1.RelatedResourceSpec{tc.entry}, resourcesFor)
+			got, err := relatedScopeProblem("export.example", []ferryv1alpha1.RelatedResourceSpec{tc.entry}, resourcesFor)
 			if (err != nil) != tc.err {
 				t.Fatalf("err = %v, want error %v", err, tc.err)
 			}

@@ -272,7 +272,7 @@ func TestReleaseAllWithoutBindings(t *testing.T) {
 func TestReleaseAllWithDeletePolicyDeletesRelatedCopies(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -16,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
@@ -217,7 +220,12 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		return nil // the edge deletes the copies along with the primary
 	}
 	primaryKey := objectKey(primary, w.res.GVR)
-	ns, name, err := ref.Locate(primary.Object)
+	cluster := logicalcluster.From(primary).String()
+	env, err := m.relatedEnv(ctx, ref, cluster)
+	if err != nil {
+		return err
+	}
+	ns, name, err := ref.Locate(primary.Object, env)
 	if err != nil {
 		m.mu.Lock()
 		m.relRefs.Point(it, "")
@@ -225,7 +233,6 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 		m.note(ctx, it, primaryKey, "Warning", "RelatedUnresolved", err.Error())
 		return nil
 	}
-	cluster := logicalcluster.From(primary).String()
 	src := relatedPlace{gvr: ref.Resource, objectName: objectName{cluster: cluster, namespace: ns, name: name}}
 	srcKey := src.storeKey()
 	m.mu.Lock()
@@ -346,40 +353,118 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.note(ctx, it, pk, "Warning", reason, state.Error.GetMessage())
 		return m.deleteCopies(ctx, ref.Resource, copies, nil)
 	case *ferryv1.RelatedObjectReport_Object:
+		if ref.IsSelector() {
+			return fmt.Errorf("%w: related %q selects its objects by labels; the report names one object", ErrRefused, id)
+		}
 		if err := json.Unmarshal(state.Object, &content); err != nil {
 			return fmt.Errorf("%w: the related object is not JSON: %v", ErrRefused, err)
 		}
+	case *ferryv1.RelatedObjectReport_Objects:
+		if !ref.IsSelector() {
+			return fmt.Errorf("%w: related %q locates one object by name; the report holds a set", ErrRefused, id)
+		}
+		return m.writeRelatedSet(ctx, it, pk, primary, ref, copies, state.Objects)
 	default:
 		return fmt.Errorf("%w: the report has no state", ErrRefused)
 	}
-	ns, name, err := ref.Locate(primary.Object)
+	env, err := m.relatedEnv(ctx, ref, pk.GetCluster())
+	if err != nil {
+		return err
+	}
+	ns, name, err := ref.Locate(primary.Object, env)
 	if err != nil {
 		m.note(ctx, it, pk, "Warning", "RelatedUnresolved", err.Error())
 		return nil
 	}
+	existing := findCopy(copies, ns, name)
+	// The reference moved: copies elsewhere go.
+	if err := m.deleteCopies(ctx, ref.Resource, copies, existing); err != nil {
+		return err
+	}
+	return m.writeCopy(ctx, it, pk, primary, ref, ns, name, content, existing)
+}
+
+// findCopy returns the copy at ns/name among copies (nil when none).
+func findCopy(copies []*unstructured.Unstructured, ns, name string) *unstructured.Unstructured {
+	for _, c := range copies {
+		if c.GetNamespace() == ns && c.GetName() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// writeRelatedSet writes every object a label-selected entry found for
+// primary into the namespace the entry locates on the kcp primary, under
+// the names the edge's rewrite gave them, and deletes the entry's copies
+// of objects no longer found.
+func (m *Manager) writeRelatedSet(ctx context.Context, it item, pk *ferryv1.ObjectKey, primary *unstructured.Unstructured, ref *related.Reference, copies []*unstructured.Unstructured, set *ferryv1.RelatedObjectSet) error {
+	env, err := m.relatedEnv(ctx, ref, pk.GetCluster())
+	if err != nil {
+		return err
+	}
+	ns, err := ref.LocateNamespace(primary.Object, env)
+	if err != nil {
+		m.note(ctx, it, pk, "Warning", "RelatedUnresolved", err.Error())
+		return nil
+	}
+	type entry struct {
+		name     string
+		content  map[string]any
+		existing *unstructured.Unstructured
+	}
+	entries := make([]entry, 0, len(set.GetEntries()))
+	seen := map[string]bool{}
+	for _, e := range set.GetEntries() {
+		if errs := validation.IsDNS1123Subdomain(e.GetName()); len(errs) > 0 {
+			return fmt.Errorf("%w: related %q: the name %q is not valid: %s", ErrRefused, ref.Identifier, e.GetName(), strings.Join(errs, "; "))
+		}
+		if seen[e.GetName()] {
+			return fmt.Errorf("%w: related %q: the name %q appears twice", ErrRefused, ref.Identifier, e.GetName())
+		}
+		seen[e.GetName()] = true
+		var content map[string]any
+		if err := json.Unmarshal(e.GetObject(), &content); err != nil {
+			return fmt.Errorf("%w: related object %s is not JSON: %v", ErrRefused, e.GetLocalName(), err)
+		}
+		entries = append(entries, entry{name: e.GetName(), content: content, existing: findCopy(copies, ns, e.GetName())})
+	}
+	// Objects no longer found (or found under another name) go.
+	stale := slices.DeleteFunc(slices.Clone(copies), func(c *unstructured.Unstructured) bool {
+		return c.GetNamespace() == ns && seen[c.GetName()]
+	})
+	if err := m.deleteCopies(ctx, ref.Resource, stale, nil); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := m.writeCopy(ctx, it, pk, primary, ref, ns, e.name, e.content, e.existing); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeCopy creates or updates the copy of a service-origin related
+// object at ns/name in the primary's workspace; existing is the copy
+// already there (nil when none is known).
+func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey, primary *unstructured.Unstructured, ref *related.Reference, ns, name string, content map[string]any, existing *unstructured.Unstructured) error {
+	id := ref.Identifier
 	desired := objects.RelatedContent(&unstructured.Unstructured{Object: content})
+	if st, ok := content["status"]; ok && ref.SyncStatus {
+		desired.Object["status"] = st
+	}
 	desired.SetAPIVersion(ref.Kind.GroupVersion().String())
 	desired.SetKind(ref.Kind.Kind)
 	desired.SetNamespace(ns)
 	desired.SetName(name)
 	desired.SetLabels(objects.MergeStrings(desired.GetLabels(), map[string]string{naming.LabelRelatedTo: pk.GetUid(), naming.LabelRelatedIdentifier: id}))
-	if ns == primary.GetNamespace() {
-		// A safety net only (copies are deleted explicitly, found by their
+	if ns == primary.GetNamespace() && ref.Cleanup {
+		// A safety net only (and never when the copy outlives the primary) (copies are deleted explicitly, found by their
 		// labels): kcp's garbage collector refuses an owner in another
 		// namespace and would delete the copy again and again.
 		desired.SetOwnerReferences([]metav1.OwnerReference{{
 			APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
 		}})
-	}
-	var existing *unstructured.Unstructured
-	for _, c := range copies {
-		if c.GetNamespace() == ns && c.GetName() == name {
-			existing = c
-		}
-	}
-	// The reference moved: copies elsewhere go.
-	if err := m.deleteCopies(ctx, ref.Resource, copies, existing); err != nil {
-		return err
 	}
 	client, err := m.client(pk.GetCluster())
 	if err != nil {
@@ -389,8 +474,9 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	m.mu.Lock()
 	m.relCopies[relatedPlace{gvr: ref.Resource, objectName: objectName{cluster: pk.GetCluster(), namespace: ns, name: name}}] = it
 	m.mu.Unlock()
+	var written *unstructured.Unstructured
 	if existing == nil {
-		_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+		written, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
 		if apierrors.IsNotFound(err) {
 			// The namespace does not exist in the workspace (yet): created
 			// through the namespaces claim, then the copy.
@@ -399,7 +485,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 					"related %q: namespace %s does not exist in this workspace and the broker cannot create it (retrying): %v", id, ns, nsErr))
 				return fmt.Errorf("cannot create namespace %s for related %s: %w", ns, ref.Kind.Kind, nsErr)
 			}
-			_, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+			written, err = ri.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
 		}
 		if apierrors.IsAlreadyExists(err) {
 			// Ours, but not in the watch yet (written moments ago)?
@@ -426,6 +512,9 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		case err != nil:
 			return fmt.Errorf("cannot create related %s %s/%s: %w", ref.Kind.Kind, ns, name, err)
 		}
+		if err := writeRelatedStatus(ctx, ri, ref, written, desired); err != nil {
+			return err
+		}
 		m.clearNote(it)
 		return nil
 	}
@@ -438,11 +527,47 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 	desired.SetAnnotations(objects.MergeStrings(kcpInternal(existing.GetAnnotations()), desired.GetAnnotations()))
 	desired.SetResourceVersion(existing.GetResourceVersion())
 	desired.SetUID(existing.GetUID())
-	if _, err := ri.Update(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	if written, err = ri.Update(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("cannot update related %s %s/%s: %w", ref.Kind.Kind, ns, name, err)
+	}
+	if err := writeRelatedStatus(ctx, ri, ref, written, desired); err != nil {
+		return err
 	}
 	m.clearNote(it)
 	return nil
+}
+
+// writeRelatedStatus writes desired's status to written, the copy as
+// create or update returned it, when ref carries status (syncStatus) and
+// the write did not (the kind has a status subresource, which create and
+// update ignore).
+func writeRelatedStatus(ctx context.Context, ri dynamic.ResourceInterface, ref *related.Reference, written, desired *unstructured.Unstructured) error {
+	want, ok := desired.Object["status"]
+	if !ref.SyncStatus || !ok || written == nil || reflect.DeepEqual(written.Object["status"], want) {
+		return nil
+	}
+	u := written.DeepCopy()
+	u.Object["status"] = want
+	if _, err := ri.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("cannot write the status of related %s %s/%s: %w", ref.Kind.Kind, written.GetNamespace(), written.GetName(), err)
+	}
+	return nil
+}
+
+// relatedEnv is what ref is evaluated with on a kcp primary in cluster:
+// the kcp side, the workspace, and its path when a template reads it (the
+// edge rejects such a template unless spec.enableWorkspacePaths is set, so
+// the edge knows the path as well).
+func (m *Manager) relatedEnv(ctx context.Context, ref *related.Reference, cluster string) (related.Env, error) {
+	env := related.Env{Side: ferryv1alpha1.OriginKCP, ClusterName: cluster}
+	if ref.UsesClusterPath() {
+		p, err := m.workspacePath(ctx, cluster)
+		if err != nil {
+			return env, fmt.Errorf("related %q: cannot find the workspace path of %s: %w", ref.Identifier, cluster, err)
+		}
+		env.ClusterPath = p
+	}
+	return env, nil
 }
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -513,6 +638,42 @@ func (m *Manager) deleteCopies(ctx context.Context, gvr schema.GroupVersionResou
 	return nil
 }
 
+// releaseCopies hands copies of a deleted primary (by its UID) whose entry
+// says cleanup: false over to the workspace: ferry's labels and the owner
+// reference to the primary go (kcp's garbage collector would delete the
+// copy with its owner), and ferry never finds the copy again.
+func (m *Manager) releaseCopies(ctx context.Context, gvr schema.GroupVersionResource, copies []*unstructured.Unstructured, primaryUID string) error {
+	for _, c := range copies {
+		m.mu.Lock()
+		delete(m.relCopies, relatedPlace{gvr: gvr, objectName: nameOf(c)})
+		m.mu.Unlock()
+		client, err := m.client(logicalcluster.From(c).String())
+		if err != nil {
+			return err
+		}
+		owners := []any{}
+		for _, o := range c.GetOwnerReferences() {
+			if string(o.UID) != primaryUID {
+				owners = append(owners, map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "name": o.Name, "uid": string(o.UID)})
+			}
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			// The UID is a precondition: exactly this copy.
+			"uid":             string(c.GetUID()),
+			"labels":          map[string]any{naming.LabelRelatedTo: nil, naming.LabelRelatedIdentifier: nil},
+			"ownerReferences": owners,
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = client.Resource(gvr).Namespace(c.GetNamespace()).Patch(ctx, c.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil && !objectGone(err, c.GetName()) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("cannot release related %s %s/%s: %w", c.GetKind(), c.GetNamespace(), c.GetName(), err)
+		}
+	}
+	return nil
+}
+
 // defaultRelatedListWait is Options.RelatedListWait's default.
 const defaultRelatedListWait = time.Minute
 
@@ -532,11 +693,16 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 	m.mu.Lock()
 	res := m.desired[pr]
 	var watchers []watched
+	kept := map[string]bool{} // identifiers with cleanup: false
 	for _, r := range res.Related {
-		if r.Origin == ferryv1alpha1.OriginService {
-			if rw := m.relWatchers[r.Resource]; rw != nil {
-				watchers = append(watchers, watched{rw: rw, synced: m.listedFor(rw.store, key.GetCluster())})
-			}
+		if r.Origin != ferryv1alpha1.OriginService {
+			continue
+		}
+		if !r.Cleanup {
+			kept[r.Identifier] = true
+		}
+		if rw := m.relWatchers[r.Resource]; rw != nil && !slices.ContainsFunc(watchers, func(w watched) bool { return w.rw == rw }) {
+			watchers = append(watchers, watched{rw: rw, synced: m.listedFor(rw.store, key.GetCluster())})
 		}
 	}
 	m.mu.Unlock()
@@ -564,6 +730,11 @@ func (m *Manager) deleteRelatedCopies(ctx context.Context, pr string, key *ferry
 		}
 		// Only copies in the primary's own workspace: a UID names one object.
 		copies = slices.DeleteFunc(copies, func(c *unstructured.Unstructured) bool { return logicalcluster.From(c).String() != key.GetCluster() })
+		keep := slices.DeleteFunc(slices.Clone(copies), func(c *unstructured.Unstructured) bool { return !kept[c.GetLabels()[naming.LabelRelatedIdentifier]] })
+		copies = slices.DeleteFunc(copies, func(c *unstructured.Unstructured) bool { return kept[c.GetLabels()[naming.LabelRelatedIdentifier]] })
+		if err := m.releaseCopies(ctx, rw.gvr, keep, key.GetUid()); err != nil {
+			return err
+		}
 		if err := m.deleteCopies(ctx, rw.gvr, copies, nil); err != nil {
 			return err
 		}

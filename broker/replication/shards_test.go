@@ -465,7 +465,7 @@ func TestEndpointReachability(t *testing.T) {
 func TestRelatedObjectsOnAHealthyShardSync(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 	}})
 	if err != nil {
 		t.Fatal(err)

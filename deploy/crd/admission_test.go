@@ -59,7 +59,7 @@ func TestAdmissionOfAncestorSpellings(t *testing.T) {
 			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {origin: platform, kind: ConfigMap, reference: {name: {path: b}}}]"},
 		{name: "two related entries of one kind without identifier", spec: resource +
 			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {origin: kcp, kind: Secret, reference: {name: {path: b}}}]",
-			want: "two spec.related entries have the same identifier (an unset identifier is the kind in lowercase, e.g. secret): set identifier"},
+			want: "two spec.related entries have the same identifier (an unset identifier is the resource, e.g. secrets, or else the kind in lowercase, e.g. secret): set identifier"},
 		{name: "an identifier equal to another entry's default", spec: resource +
 			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {identifier: secret, origin: kcp, kind: ConfigMap, reference: {name: {path: b}}}]",
 			want: "set identifier on the entries of the same kind"},

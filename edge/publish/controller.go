@@ -153,7 +153,32 @@ func (r *Reconciler) forCRD(ctx context.Context, o client.Object) []reconcile.Re
 	for _, pr := range list.Items {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pr)})
 	}
+	// And those whose related[] names it: an entry refused (RelatedInvalid)
+	// because the service cluster did not serve the kind yet is checked
+	// again when it does. CRD events are rare; all PublishedResources are
+	// listed from the cache.
+	var all ferryv1alpha1.PublishedResourceList
+	if err := r.Client.List(ctx, &all); err != nil {
+		r.Log.Error(err, "cannot list PublishedResources for CRD", "crd", crd.Name)
+		return out
+	}
+	for _, pr := range all.Items {
+		if relatesCRD(&pr, crd) && !slices.ContainsFunc(out, func(q reconcile.Request) bool { return q.Name == pr.Name }) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pr)})
+		}
+	}
 	return out
+}
+
+// relatesCRD tells whether a related[] entry of pr names crd's kind or
+// resource.
+func relatesCRD(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, r := range pr.Spec.Related {
+		if r.Group == crd.Spec.Group && (r.Kind != "" && r.Kind == crd.Spec.Names.Kind || r.Resource != "" && r.Resource == crd.Spec.Names.Plural) {
+			return true
+		}
+	}
+	return false
 }
 
 // Reconcile validates one PublishedResource, hands it to the Store and
@@ -250,7 +275,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.withdraw(pr.Name)
 		return reconcile.Result{}, r.setStatus(ctx, &pr, metav1.ConditionFalse, ferryv1alpha1.ReasonRelatedInvalid, err.Error(), nil)
 	}
-	msg, err := newPublish(&pr, crd)
+	msg, err := newPublish(&pr, crd, relatedRefs)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -606,7 +631,12 @@ func ownStatus(st ferryv1alpha1.PublishedResourceStatus) ferryv1alpha1.Published
 // newPublish builds the Publish for pr: its spec and the CRD reduced to the
 // selected versions, without server-managed metadata or status, so that the
 // revision changes only when what is published changes.
-func newPublish(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) (*ferryv1.Publish, error) {
+//
+// Related entries that name a resource (api-syncagent's spelling) are sent
+// with the kind the service cluster serves it as: the broker writes
+// service-origin copies into kcp as that kind and has no discovery of the
+// service cluster.
+func newPublish(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition, rel []replication.Related) (*ferryv1.Publish, error) {
 	selected := projection.SelectedVersions(&pr.Spec.Resource, crd)
 	reduced := &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
@@ -616,7 +646,15 @@ func newPublish(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.Custom
 	reduced.Spec.Versions = slices.DeleteFunc(reduced.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
 		return !slices.Contains(selected, v.Name)
 	})
-	spec, err := json.Marshal(pr.Spec)
+	sent := pr.Spec.DeepCopy()
+	for i := range sent.Related {
+		for _, r := range rel {
+			if r.Identifier == sent.Related[i].Identifier && r.ByResource {
+				sent.Related[i].Kind = r.Kind.Kind
+			}
+		}
+	}
+	spec, err := json.Marshal(sent)
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode spec of %s: %w", pr.Name, err)
 	}
@@ -657,6 +695,18 @@ func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *ap
 	out := make([]replication.Related, 0, len(refs))
 	for _, ref := range refs {
 		where := fmt.Sprintf("spec.related[%s]", ref.Identifier)
+		if ref.ByResource {
+			// api-syncagent's spelling names the resource: its kind is
+			// what the service cluster serves it as.
+			gvk, err := r.Mapper.KindFor(ref.Resource)
+			if err != nil {
+				return nil, fmt.Errorf("%s: resource %s is not served by the service cluster (write the lowercase plural, e.g. secrets, with its group and version): %w", where, ref.Resource, err)
+			}
+			ref.ResolveKind(gvk.Kind)
+		}
+		if ref.UsesClusterPath() && !pr.Spec.EnableWorkspacePaths {
+			return nil, fmt.Errorf("%s: a template reads .ClusterPath, which is known only with spec.enableWorkspacePaths: true", where)
+		}
 		mapping, err := r.Mapper.RESTMapping(ref.Kind.GroupKind(), ref.Kind.Version)
 		if err != nil {
 			return nil, fmt.Errorf("%s: kind %s is not served by the service cluster: %w", where, ref.Kind, err)

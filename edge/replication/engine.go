@@ -112,6 +112,11 @@ type Engine struct {
 	relWatches map[schema.GroupVersionResource]*relatedWatch
 	relRefs    *refindex.Index[relKey] // which local related object each reference points at
 	relSum     map[relKey][32]byte     // last report per reference
+	// relMembers: which local objects each label-selected reference found
+	// (related_selector.go), so that a change of one, and an object found
+	// for two primaries, are noticed without scanning.
+	relMembers *refindex.Index[memberKey]
+	relFound   map[relKey][]string // the member keys per reference
 	// relWaiting holds references waiting for a related informer to list
 	// (by informer).
 	relWaiting map[waitKey]map[relKey]struct{}
@@ -160,6 +165,8 @@ func NewEngine(o Options) *Engine {
 		relWatches:  map[schema.GroupVersionResource]*relatedWatch{},
 		relRefs:     refindex.New[relKey](),
 		relSum:      map[relKey][32]byte{},
+		relMembers:  refindex.New[memberKey](),
+		relFound:    map[relKey][]string{},
 		relWaiting:  map[waitKey]map[relKey]struct{}{},
 		relParked:   map[ledgerKey]map[queueKey]time.Time{},
 

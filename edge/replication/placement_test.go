@@ -139,13 +139,13 @@ func TestMisbehavingBrokerCannotPlaceObjects(t *testing.T) {
 func TestRelatedReferencesStayInTheWorkspace(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "creds", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{
+		Reference: &ferryv1alpha1.RelatedResourceReference{
 			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 			Namespace: &ferryv1alpha1.ResourceLocator{Path: "spec.secretNamespace"},
 		},
 	}, {
 		Identifier: "shared", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{
+		Reference: &ferryv1alpha1.RelatedResourceReference{
 			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 			Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: "shared-secrets"}},
 		},

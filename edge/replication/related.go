@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/tools/cache"
 
@@ -19,6 +22,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // Related objects on the edge.
@@ -116,6 +120,9 @@ func (e *Engine) relatedChanged(rw *relatedWatch, obj any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.rereportLocked(gvrKey(rw.gvr, u.GetNamespace(), u.GetName()), relKey{})
+	// Label-selected references in the namespace: the object may match
+	// now (a Secret labelled later appears by itself).
+	e.rereportLocked(gvrKey(rw.gvr, u.GetNamespace(), ""), relKey{})
 }
 
 // rereportLocked reports again every reference pointing at key but skip.
@@ -127,6 +134,11 @@ func (e *Engine) rereportLocked(key string, skip relKey) {
 	e.relRefs.To(key, func(rk relKey) {
 		if rk != skip {
 			refs = append(refs, rk)
+		}
+	})
+	e.relMembers.To(key, func(mk memberKey) {
+		if mk.rk != skip && !slices.Contains(refs, mk.rk) {
+			refs = append(refs, mk.rk)
 		}
 	})
 	for _, rk := range refs {
@@ -164,7 +176,11 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		RelatedTo: &ferryv1.RelatedTo{Primary: rk.primary.objectKey(), Identifier: ref.Identifier},
 		Resource:  &ferryv1.GroupVersionResource{Group: ref.Local.Group, Version: ref.Local.Version, Resource: ref.Local.Resource},
 	}
-	ns, name, err := ref.Locate(primary.Object)
+	if ref.IsSelector() {
+		e.reportSelectedLocked(primary, ref, rw, rk, remote, report)
+		return
+	}
+	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
 	at := ""
 	if err == nil {
 		err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
@@ -189,7 +205,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		at = gvrKey(ref.Local, ns, name)
 		report.LocalNamespace, report.LocalName = ns, name
 		if u, exists := rw.get(ns, name); exists {
-			data, err := json.Marshal(objects.RelatedContent(u).Object)
+			data, err := json.Marshal(relatedPayload(ref, u).Object)
 			if err != nil {
 				return
 			}
@@ -200,7 +216,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	}
 	prev := e.relRefs.At(rk)
 	e.relRefs.Point(rk, at)
-	if n := e.relRefs.Count(at); at != "" && n > 1 {
+	if n := e.relRefs.Count(at) + e.relMembers.Count(at); at != "" && n > 1 {
 		// Never copied while shared: one workspace would receive what was
 		// made for another (a certificate and its private key).
 		report.State = &ferryv1.RelatedObjectReport_Error{Error: &ferryv1.ApplyError{
@@ -215,6 +231,12 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		e.rereportLocked(prev, rk)
 		e.rereportLocked(at, rk)
 	}
+	e.sendRelatedLocked(rk, report)
+}
+
+// sendRelatedLocked sends report, the state of reference rk, unless it is
+// the one sent last.
+func (e *Engine) sendRelatedLocked(rk relKey, report *ferryv1.RelatedObjectReport) {
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(report)
 	if err != nil {
 		return
@@ -246,6 +268,9 @@ func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstru
 		e.relRefs.Point(rk, "")
 		delete(e.relSum, rk)
 		e.rereportLocked(prev, rk) // a conflict may be over
+		for _, k := range e.setMembersLocked(rk, nil) {
+			e.rereportLocked(k, rk)
+		}
 	}
 }
 
@@ -311,7 +336,8 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_UNAVAILABLE, true,
 			"related %q: the primary object has no copy in the service cluster (yet)", ref.Identifier)
 	}
-	ns, name, err := ref.Locate(primary.Object)
+	remote, _ := naming.RemoteFrom(primary.GetLabels(), primary.GetAnnotations())
+	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
 	if err != nil {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_INVALID, false, "on the service cluster's copy %s: %v",
 			nsName(primary.GetNamespace(), primary.GetName()), err)
@@ -415,11 +441,66 @@ func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primar
 			continue
 		}
 		copies := rw.owned(relatedOwnerKey(primaryUID, ref.Identifier))
+		if !ref.Cleanup {
+			if err := e.releaseCopies(ctx, ref, copies); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := e.deleteCopies(ctx, ref, copies, "", ""); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// releaseCopies hands the copies of a deleted primary whose entry says
+// cleanup: false over to the service cluster: every ferry.dev/ label and
+// annotation goes, so no cache, inventory or repair of ferry's finds the
+// copy again, and it stays as an ordinary object.
+func (e *Engine) releaseCopies(ctx context.Context, ref *Related, copies []any) error {
+	for _, c := range copies {
+		u := c.(*unstructured.Unstructured)
+		labels, annotations := map[string]any{}, map[string]any{}
+		for k := range u.GetLabels() {
+			if objects.IsFerrys(k) {
+				labels[k] = nil
+			}
+		}
+		for k := range u.GetAnnotations() {
+			if objects.IsFerrys(k) && k != observedHashKey {
+				annotations[k] = nil
+			}
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid":    string(u.GetUID()), // a precondition: exactly this copy
+			"labels": labels, "annotations": annotations,
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = e.opts.Dynamic.Resource(ref.Local).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("cannot release related %s %s: %w", ref.Kind.Kind, nsName(u.GetNamespace(), u.GetName()), err)
+		}
+	}
+	return nil
+}
+
+// relatedPayload is what the edge reports of u, a service-origin related
+// object of ref: its content, and its status when ref.SyncStatus.
+func relatedPayload(ref *Related, u *unstructured.Unstructured) *unstructured.Unstructured {
+	out := objects.RelatedContent(u)
+	if st, ok := u.Object["status"]; ok && ref.SyncStatus {
+		out.Object["status"] = runtime.DeepCopyJSONValue(st)
+	}
+	return out
+}
+
+// serviceEnv is what a related entry is evaluated with on a local primary
+// copy of the kcp object remote: the service side and remote's workspace.
+func serviceEnv(remote naming.Remote) related.Env {
+	return related.Env{Side: ferryv1alpha1.OriginService, ClusterName: remote.ClusterName, ClusterPath: remote.WorkspacePath}
 }
 
 func ptrTo[T any](v T) *T { return &v }

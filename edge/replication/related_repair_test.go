@@ -20,7 +20,7 @@ import (
 func TestDeletedRelatedCopyIsAskedForAgain(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -74,4 +74,60 @@ func relatedSecret(primary *unstructured.Unstructured, name string) *unstructure
 	secret.SetLabels(map[string]string{naming.LabelAgent: "nora", naming.LabelRelatedTo: primary.GetAnnotations()[naming.AnnotationUID],
 		naming.LabelRelatedIdentifier: "creds"})
 	return secret
+}
+
+// TestRelatedCleanupOnTheEdge: before a primary copy is deleted, the
+// kcp-origin related copies ferry wrote for it are deleted by default;
+// with cleanup: false they stay, released: no ferry.dev/ label or
+// annotation is left, so nothing of ferry's finds them again.
+func TestRelatedCleanupOnTheEdge(t *testing.T) {
+	no := false
+	for _, tc := range []struct {
+		name    string
+		cleanup *bool
+		kept    bool
+	}{
+		{name: "default"},
+		{name: "cleanup false", cleanup: &no, kept: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+				Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret", Cleanup: tc.cleanup,
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			primary := primaryIn("c1", "local-ns", "a-copy", "creds")
+			secret := relatedSecret(primary, "creds")
+			secret.SetAnnotations(map[string]string{naming.AnnotationContentHash: "h", "note": "theirs"})
+			e, w, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}}, primary, secret)
+			uid := primary.GetAnnotations()[naming.AnnotationUID]
+			waitFor(t, func() (bool, string) {
+				e.mu.Lock()
+				rw := e.relWatches[secretsGVR]
+				e.mu.Unlock()
+				return rw != nil && len(rw.owned(relatedOwnerKey(uid, "creds"))) == 1, "the copy is not cached"
+			})
+			if err := e.deleteRelatedCopies(context.Background(), w.pub, uid); err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.opts.Dynamic.Resource(secretsGVR).Namespace("local-ns").Get(context.Background(), "creds", metav1.GetOptions{})
+			if !tc.kept {
+				if err == nil {
+					t.Fatal("the copy outlived its primary")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the copy was deleted: %v", err)
+			}
+			for k := range got.GetLabels() {
+				t.Errorf("label %s left on the released copy", k)
+			}
+			if ann := got.GetAnnotations(); len(ann) != 1 || ann["note"] != "theirs" {
+				t.Errorf("annotations of the released copy: %v, want only note", ann)
+			}
+		})
+	}
 }

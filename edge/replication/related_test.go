@@ -67,7 +67,7 @@ func relatedStates(e *Engine) map[string]string {
 func TestSharedRelatedObjectIsNeverCopied(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestSharedRelatedObjectIsNeverCopied(t *testing.T) {
 func TestRelatedCacheHoldsOnlyFerrysNamespaces(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{
+		Reference: &ferryv1alpha1.RelatedResourceReference{
 			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 			Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: "shared-certs"}},
 		},
@@ -168,7 +168,7 @@ func TestRelatedCacheHoldsOnlyFerrysNamespaces(t *testing.T) {
 func TestRelatedReferenceFollowsTheCopysIdentity(t *testing.T) {
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -209,4 +209,35 @@ func TestRelatedReferenceFollowsTheCopysIdentity(t *testing.T) {
 	if st := latest("uid-new"); st != "object" {
 		t.Fatalf("related state %s for the new kcp object, want the object", st)
 	}
+}
+
+// TestRelatedTemplateIsEvaluatedOnTheServiceSide: an entry in
+// api-syncagent's spelling (object.template) is evaluated by the edge on
+// the local copy with .Side "service" and the copy's workspace, and the
+// object found there is reported.
+func TestRelatedTemplateIsEvaluatedOnTheServiceSide(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "tls", Origin: ferryv1alpha1.OriginService, Resource: "secrets", Kind: "Secret",
+		Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+			Template: &ferryv1alpha1.TemplateExpression{Template: `{{ if eq .Side "service" }}{{ .ClusterName }}-{{ .Object.spec.secretName }}{{ else }}kcp-name{{ end }}`},
+		}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"tls.key": "c2VjcmV0"}}}
+	secret.SetNamespace("acc-cm")
+	secret.SetName("ws-a-app-cert")
+	e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}, relatedClusterWide: true}, secret)
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace("acc-cm").Create(context.Background(), primaryIn("ws-a", "acc-cm", "a-app", "app-cert"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() (bool, string) {
+		for _, m := range reportsQueued(e) {
+			if r := m.GetRelatedObjectReport(); r != nil && r.GetObject() != nil {
+				return r.GetLocalName() == "ws-a-app-cert", fmt.Sprintf("reported %s/%s", r.GetLocalNamespace(), r.GetLocalName())
+			}
+		}
+		return false, "no object reported"
+	})
 }

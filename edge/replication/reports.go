@@ -112,16 +112,9 @@ func withReportID(m *ferryv1.ConnectRequest, epoch, id uint64) *ferryv1.ConnectR
 			ReportId: id, ReportEpoch: epoch, RelatedTo: o.GetRelatedTo(), Resource: o.GetResource(),
 			LocalNamespace: o.GetLocalNamespace(), LocalName: o.GetLocalName(),
 		}
-		switch st := o.GetState().(type) {
-		case *ferryv1.RelatedObjectReport_Object:
-			c.State = st
-		case *ferryv1.RelatedObjectReport_Gone:
-			c.State = st
-		case *ferryv1.RelatedObjectReport_Unresolved:
-			c.State = st
-		case *ferryv1.RelatedObjectReport_Error:
-			c.State = st
-		}
+		// Every state, whatever its kind (the oneof's value is immutable
+		// once stored).
+		c.State = o.State
 		return &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: c}}
 	case *ferryv1.ConnectRequest_DeletionConfirmation:
 		o := r.DeletionConfirmation

@@ -57,7 +57,7 @@ func TestRelatedUpsertsWaitWhileWithdrawn(t *testing.T) {
 	key, remote := remoteThing()
 	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
 		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "metadata.name"}},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "metadata.name"}},
 	}})
 	if err != nil {
 		t.Fatal(err)

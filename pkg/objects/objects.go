@@ -60,7 +60,7 @@ func DesiredState(obj *unstructured.Unstructured) *unstructured.Unstructured {
 func filterKeys(m map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range m {
-		if IsKCPInternal(k) || isFerrys(k) {
+		if IsKCPInternal(k) || IsFerrys(k) {
 			continue
 		}
 		if out == nil {
@@ -115,14 +115,14 @@ func RelatedContent(obj *unstructured.Unstructured) *unstructured.Unstructured {
 	return out
 }
 
-// isFerrys tells whether a label or annotation key is ferry's own.
-func isFerrys(key string) bool {
+// IsFerrys tells whether a label or annotation key is ferry's own.
+func IsFerrys(key string) bool {
 	return strings.HasPrefix(key, "ferry.dev/")
 }
 
 func withoutBookkeeping(m map[string]string) map[string]string {
 	for k := range m {
-		if isFerrys(k) || k == "kubectl.kubernetes.io/last-applied-configuration" {
+		if IsFerrys(k) || k == "kubectl.kubernetes.io/last-applied-configuration" {
 			delete(m, k)
 		}
 	}

@@ -3,6 +3,10 @@
 // evaluated on the primary object on either side — the kcp object gives the
 // kcp-side name and namespace, the local copy the service-cluster side. Both
 // the broker and the edge use it, so both sides agree on the rules.
+//
+// Both spellings of an entry compile to the same Reference: ferry's
+// kind + reference.{name,namespace} and api-syncagent's resource +
+// object.{reference|template} with object.namespace.
 package related
 
 import (
@@ -18,6 +22,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
 	"github.com/ferry-dev/ferry/pkg/replacement"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Reference is one compiled related[] entry.
@@ -28,26 +33,58 @@ type Reference struct {
 	// Origin is the side that owns the object: OriginService or OriginKCP,
 	// never the alias OriginPlatform.
 	Origin ferryv1alpha1.RelatedResourceOrigin
-	// Kind is the related object's group/version/kind (version defaults to v1).
+	// Kind is the related object's group/version/kind (version defaults to
+	// v1). Kind.Kind is empty when the entry names a resource only and the
+	// kind was not resolved yet (ResolveKind).
 	Kind schema.GroupVersionKind
-	// Resource is the conventional plural resource of Kind — what the broker
-	// claims in kcp. The edge resolves the service cluster's own resource
-	// through discovery.
+	// Resource is the related kind's resource in kcp — what the broker
+	// claims. It is the entry's resource when it names one, else the
+	// conventional plural of Kind; the edge resolves the service cluster's
+	// own resource through discovery.
 	Resource schema.GroupVersionResource
+	// ByResource tells that the entry named the resource (api-syncagent's
+	// spelling) rather than the kind.
+	ByResource bool
+	// Cleanup tells whether the copies go with the primary (spec cleanup,
+	// default true); false releases them instead.
+	Cleanup bool
+	// SyncStatus tells whether the object's status is carried to the copy
+	// (origin service only).
+	SyncStatus bool
 
 	name      locator
 	namespace *locator
+	// selector, when set, finds the objects by labels instead of name
+	// (object.selector; origin service only).
+	selector *selector
 }
 
-// locator evaluates a ResourceLocator.
+// Env is what a related entry is evaluated with besides the primary
+// object: the side the primary is on and its kcp workspace (templates see
+// them as .Side, .ClusterName and .ClusterPath).
+type Env struct {
+	// Side is OriginKCP for the kcp object, OriginService for its local
+	// copy.
+	Side ferryv1alpha1.RelatedResourceOrigin
+	// ClusterName is the kcp workspace's logical cluster name.
+	ClusterName string
+	// ClusterPath is the workspace path; set only with
+	// spec.enableWorkspacePaths (UsesClusterPath).
+	ClusterPath string
+}
+
+// locator evaluates a ResourceLocator, an object reference or a template.
 type locator struct {
-	field string // "reference.name" or "reference.namespace", for errors
+	field string // e.g. "reference.name" or "object.template", for errors
 	path  fieldpath.Path
 	// static is set for an empty pattern with a replacement: the value is
 	// the replacement whatever the path holds.
 	static      bool
 	re          *regexp.Regexp
 	replacement string
+	// tmpl, when set, computes the value instead of path.
+	tmpl     *templating.Template
+	tmplText string
 }
 
 // Compile checks and compiles specs; the error names the entry and field at
@@ -79,10 +116,14 @@ func Compile(specs []ferryv1alpha1.RelatedResourceSpec) ([]*Reference, error) {
 // describeEntry names an entry for a refusal: its kind, and whether its
 // identifier is set or the default.
 func describeEntry(s *ferryv1alpha1.RelatedResourceSpec) string {
-	if s.Identifier != "" {
-		return "kind " + s.Kind + ", identifier set"
+	what := "kind " + s.Kind
+	if s.Resource != "" {
+		what = "resource " + s.Resource
 	}
-	return "kind " + s.Kind + ", identifier by default"
+	if s.Identifier != "" {
+		return what + ", identifier set"
+	}
+	return what + ", identifier by default"
 }
 
 func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
@@ -96,30 +137,114 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	if origin != ferryv1alpha1.OriginService && origin != ferryv1alpha1.OriginKCP {
 		return nil, fmt.Errorf("origin %q: must be %q or %q", s.Origin, ferryv1alpha1.OriginService, ferryv1alpha1.OriginKCP)
 	}
-	if s.Kind == "" {
-		return nil, errors.New("kind is required")
+	// api-syncagent's fields ferry does not honour yet (admission refuses
+	// them too): never silently ignored.
+	switch {
+	case s.IdentityHash != "":
+		return nil, errors.New("identityHash: related kinds of another APIExport are not supported yet")
+	case s.Projection != nil:
+		return nil, errors.New("projection: a related kind is related under the same group, version and resource on both sides")
+	case s.Mutation != nil:
+		return nil, errors.New("mutation: related objects are not mutated yet")
 	}
 	version := s.Version
 	if version == "" {
 		version = "v1"
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
-	plural, _ := meta.UnsafeGuessKindToResource(gvk)
-	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Resource: plural}
-	name, err := compileLocator("reference.name", s.Reference.Name)
-	if err != nil {
-		return nil, err
+	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
+	if s.SyncStatus && origin != ferryv1alpha1.OriginService {
+		return nil, errors.New("syncStatus: only a service-origin related object's status is carried into kcp; set origin: service or drop syncStatus")
 	}
-	ref.name = name
-	if s.Reference.Namespace != nil {
-		ns, err := compileLocator("reference.namespace", *s.Reference.Namespace)
+	switch {
+	case s.Resource != "":
+		// The edge sends the broker the kind it resolved beside the
+		// resource (ResolveKind), so both may be set here; admission
+		// refuses a document that sets both.
+		if errs := validation.IsDNS1123Label(s.Resource); len(errs) > 0 {
+			return nil, fmt.Errorf("resource %q: the lowercase plural, e.g. secrets: %s", s.Resource, strings.Join(errs, "; "))
+		}
+		ref.Resource = schema.GroupVersionResource{Group: s.Group, Version: version, Resource: s.Resource}
+		ref.ByResource = true
+	case s.Kind != "":
+		ref.Resource, _ = meta.UnsafeGuessKindToResource(gvk)
+	default:
+		return nil, errors.New("set kind (e.g. Secret) or resource (e.g. secrets)")
+	}
+	switch {
+	case s.Reference != nil && s.Object != nil:
+		return nil, errors.New("set reference or object, not both")
+	case s.Reference != nil:
+		name, err := compileLocator("reference.name", s.Reference.Name)
 		if err != nil {
 			return nil, err
 		}
-		ref.namespace = &ns
+		ref.name = name
+		if s.Reference.Namespace != nil {
+			ns, err := compileLocator("reference.namespace", *s.Reference.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			ref.namespace = &ns
+		}
+	case s.Object != nil:
+		name, err := compileObject("object", s.Object.RelatedResourceObjectSpec)
+		switch {
+		case errors.Is(err, errSelector):
+			if origin != ferryv1alpha1.OriginService {
+				return nil, errors.New("object.selector: a label selector finds objects on the service cluster (origin service); for origin kcp locate the object by reference or template")
+			}
+			if ref.selector, err = compileSelector("object.selector", s.Object.Selector); err != nil {
+				return nil, err
+			}
+		case err != nil:
+			return nil, err
+		}
+		ref.name = name
+		if s.Object.Namespace != nil {
+			ns, err := compileObject("object.namespace", *s.Object.Namespace)
+			if errors.Is(err, errSelector) {
+				return nil, errors.New("object.namespace.selector: namespaces cannot be selected by labels; locate the namespace by reference or template (default: the primary's namespace)")
+			}
+			if err != nil {
+				return nil, err
+			}
+			ref.namespace = &ns
+		}
+	default:
+		return nil, errors.New("set reference or object to say where the related object is")
 	}
 	return ref, nil
 }
+
+// compileObject compiles one level of api-syncagent's object spelling.
+func compileObject(field string, o ferryv1alpha1.RelatedResourceObjectSpec) (locator, error) {
+	n := 0
+	for _, set := range []bool{o.Reference != nil, o.Template != nil, o.Selector != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return locator{}, fmt.Errorf("%s: set exactly one of reference, template and selector", field)
+	}
+	switch {
+	case o.Reference != nil:
+		return compileLocator(field+".reference", ferryv1alpha1.ResourceLocator{Path: o.Reference.Path, Regex: o.Reference.Regex})
+	case o.Template != nil:
+		t, err := templating.Parse(field+".template", o.Template.Template)
+		if err != nil {
+			return locator{}, err
+		}
+		return locator{field: field + ".template", tmpl: t, tmplText: o.Template.Template}, nil
+	default:
+		return locator{}, errSelector
+	}
+}
+
+// errSelector marks a selector where compileObject found one: the caller
+// compiles it (only object names may be selected by labels).
+var errSelector = errors.New("selector")
 
 func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, error) {
 	path, err := fieldpath.Parse(l.Path)
@@ -160,35 +285,72 @@ func (r *Reference) StaticNamespace() (string, bool) {
 	return r.namespace.replacement, true
 }
 
-// Locate evaluates the entry on primary (a whole object, as JSON-like map):
-// the related object's namespace and name on that side. The namespace
-// defaults to the primary's.
-func (r *Reference) Locate(primary map[string]any) (namespace, name string, err error) {
-	if name, err = r.name.eval(primary); err != nil {
+// UsesClusterPath tells whether a template of the entry reads
+// .ClusterPath, which is known only with spec.enableWorkspacePaths.
+func (r *Reference) UsesClusterPath() bool {
+	return strings.Contains(r.name.tmplText, ".ClusterPath") || r.namespace != nil && strings.Contains(r.namespace.tmplText, ".ClusterPath") ||
+		r.selector != nil && r.selector.usesClusterPath
+}
+
+// ResolveKind records the kind the entry's resource is served as (the
+// edge finds it through the service cluster's discovery).
+func (r *Reference) ResolveKind(kind string) { r.Kind.Kind = kind }
+
+// IsSelector tells whether the entry finds its objects by labels
+// (FindSelector, Rewrite) rather than by name (Locate).
+func (r *Reference) IsSelector() bool { return r.selector != nil }
+
+// Locate evaluates the entry on primary (a whole object, as JSON-like map)
+// on the side env says: the related object's namespace and name on that
+// side. The namespace defaults to the primary's.
+func (r *Reference) Locate(primary map[string]any, env Env) (namespace, name string, err error) {
+	if r.selector != nil {
+		return "", "", fmt.Errorf("related %q selects its objects by labels: they have no name to locate", r.Identifier)
+	}
+	if name, err = r.name.eval(primary, env); err != nil {
 		return "", "", fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return "", "", fmt.Errorf("related %q: %s gives %q, which is not a valid name: %s", r.Identifier, r.name.describe(), name, strings.Join(errs, "; "))
 	}
+	namespace, err = r.LocateNamespace(primary, env)
+	return namespace, name, err
+}
+
+// LocateNamespace evaluates the entry's namespace on primary on the side
+// env says; it defaults to the primary's.
+func (r *Reference) LocateNamespace(primary map[string]any, env Env) (namespace string, err error) {
 	if r.namespace == nil {
 		namespace, _ = fieldpath.Path{"metadata", "namespace"}.GetString(primary)
 		if namespace == "" {
-			return "", "", fmt.Errorf("related %q: the primary object has no namespace; set reference.namespace", r.Identifier)
+			return "", fmt.Errorf("related %q: the primary object has no namespace; set reference.namespace", r.Identifier)
 		}
-		return namespace, name, nil
+		return namespace, nil
 	}
-	if namespace, err = r.namespace.eval(primary); err != nil {
-		return "", "", fmt.Errorf("related %q: %w", r.Identifier, err)
+	if namespace, err = r.namespace.eval(primary, env); err != nil {
+		return "", fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return "", "", fmt.Errorf("related %q: %s gives %q, which is not a valid namespace: %s", r.Identifier, r.namespace.describe(), namespace, strings.Join(errs, "; "))
+		return "", fmt.Errorf("related %q: %s gives %q, which is not a valid namespace: %s", r.Identifier, r.namespace.describe(), namespace, strings.Join(errs, "; "))
 	}
-	return namespace, name, nil
+	return namespace, nil
 }
 
-func (l locator) eval(obj map[string]any) (string, error) {
+func (l locator) eval(obj map[string]any, env Env) (string, error) {
 	if l.static {
 		return l.replacement, nil
+	}
+	if l.tmpl != nil {
+		v, err := l.tmpl.Execute(templating.Data{
+			Object: obj, Side: string(env.Side), ClusterName: env.ClusterName, ClusterPath: env.ClusterPath, WorkspacePath: env.ClusterPath,
+		})
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", l.field, err)
+		}
+		if v == "" {
+			return "", fmt.Errorf("%s gives an empty name", l.field)
+		}
+		return v, nil
 	}
 	v, err := l.path.GetString(obj)
 	if err != nil {
@@ -204,6 +366,9 @@ func (l locator) eval(obj map[string]any) (string, error) {
 }
 
 func (l locator) describe() string {
+	if l.tmpl != nil {
+		return l.field
+	}
 	if l.re != nil {
 		return fmt.Sprintf("%s (path %s rewritten by %q)", l.field, l.path, l.re.String())
 	}

@@ -1,8 +1,12 @@
 package related
 
 import (
+	"crypto/sha3"
+	"encoding/hex"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 )
@@ -10,7 +14,7 @@ import (
 func spec(name ferryv1alpha1.ResourceLocator, ns *ferryv1alpha1.ResourceLocator) ferryv1alpha1.RelatedResourceSpec {
 	return ferryv1alpha1.RelatedResourceSpec{
 		Identifier: "creds", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-		Reference: ferryv1alpha1.RelatedResourceReference{Name: name, Namespace: ns},
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: name, Namespace: ns},
 	}
 }
 
@@ -75,7 +79,7 @@ func TestLocate(t *testing.T) {
 			if obj == nil {
 				obj = primary()
 			}
-			ns, name, err := refs[0].Locate(obj)
+			ns, name, err := refs[0].Locate(obj, Env{Side: ferryv1alpha1.OriginKCP, ClusterName: "abc"})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
@@ -114,11 +118,49 @@ func TestCompileErrors(t *testing.T) {
 			wantErr: `origin "cloud"`},
 		{name: "bad identifier", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Identifier = "Creds" },
 			wantErr: `identifier "Creds"`},
-		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "kind is required"},
+		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "set kind (e.g. Secret) or resource"},
+		{name: "syncStatus with origin kcp", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin, s.SyncStatus = ferryv1alpha1.OriginKCP, true },
+			wantErr: "syncStatus: only a service-origin related object's status"},
+		{name: "identityHash", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = "abc" }, wantErr: "identityHash: related kinds of another APIExport"},
+		{name: "projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
+		}, wantErr: "projection: a related kind is related under the same"},
+		{name: "mutation", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Mutation = &runtime.RawExtension{Raw: []byte(`{}`)} },
+			wantErr: "mutation: related objects are not mutated yet"},
+		{name: "uppercase resource", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind, s.Resource = "", "Secrets" },
+			wantErr: `resource "Secrets": the lowercase plural`},
+		{name: "reference and object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Object = &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+				Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.secretName"}}}
+		}, wantErr: "set reference or object, not both"},
+		{name: "neither reference nor object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Reference = nil },
+			wantErr: "set reference or object to say where"},
+		{name: "two locators in object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Reference = nil
+			s.Object = &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+				Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.secretName"},
+				Template:  &ferryv1alpha1.TemplateExpression{Template: "x"}}}
+		}, wantErr: "object: set exactly one of reference, template and selector"},
+		{name: "no locator in object.namespace", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Reference = nil
+			s.Object = &ferryv1alpha1.RelatedResourceObject{
+				RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{Template: &ferryv1alpha1.TemplateExpression{Template: "x"}},
+				Namespace:                 &ferryv1alpha1.RelatedResourceObjectSpec{}}
+		}, wantErr: "object.namespace: set exactly one of reference, template and selector"},
+		{name: "bad template", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Reference = nil
+			s.Object = &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+				Template: &ferryv1alpha1.TemplateExpression{Template: "{{ .Object"}}}
+		}, wantErr: "object.template is not a valid template"},
+		{name: "bad object regex", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Reference = nil
+			s.Object = &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+				Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.secretName", Regex: &ferryv1alpha1.RegexReplacement{Pattern: "("}}}}
+		}, wantErr: "object.reference.regex.pattern"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := good
+			s := *good.DeepCopy()
 			tt.mutate(&s)
 			_, err := Compile([]ferryv1alpha1.RelatedResourceSpec{s})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -207,7 +249,7 @@ func FuzzLocate(f *testing.F) {
 			"metadata": map[string]any{"namespace": "ns"},
 			"spec":     map[string]any{"secretName": value, "list": []any{value}},
 		}
-		ns, name, err := refs[0].Locate(obj)
+		ns, name, err := refs[0].Locate(obj, Env{Side: ferryv1alpha1.OriginService})
 		if err != nil {
 			return
 		}
@@ -215,4 +257,116 @@ func FuzzLocate(f *testing.F) {
 			t.Fatalf("Locate = %q/%q", ns, name)
 		}
 	})
+}
+
+// objectSpec is an entry in api-syncagent's spelling: resource and object.
+func objectSpec(name ferryv1alpha1.RelatedResourceObjectSpec, ns *ferryv1alpha1.RelatedResourceObjectSpec) ferryv1alpha1.RelatedResourceSpec {
+	return ferryv1alpha1.RelatedResourceSpec{
+		Identifier: "creds", Origin: ferryv1alpha1.OriginService, Resource: "secrets", Version: "v1",
+		Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: name, Namespace: ns},
+	}
+}
+
+func objRef(path string, re *ferryv1alpha1.RegexReplacement) ferryv1alpha1.RelatedResourceObjectSpec {
+	return ferryv1alpha1.RelatedResourceObjectSpec{Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: path, Regex: re}}
+}
+
+func objTmpl(text string) ferryv1alpha1.RelatedResourceObjectSpec {
+	return ferryv1alpha1.RelatedResourceObjectSpec{Template: &ferryv1alpha1.TemplateExpression{Template: text}}
+}
+
+// TestLocateObjectSpelling: api-syncagent's object.{reference,template}
+// and object.namespace locate the same objects ferry's spelling does, and
+// templates see the side and the workspace.
+func TestLocateObjectSpelling(t *testing.T) {
+	kcp := Env{Side: ferryv1alpha1.OriginKCP, ClusterName: "2x4k", ClusterPath: "root:team"}
+	svc := Env{Side: ferryv1alpha1.OriginService, ClusterName: "2x4k"}
+	tests := []struct {
+		name          string
+		spec          ferryv1alpha1.RelatedResourceSpec
+		env           Env
+		wantNamespace string
+		wantName      string
+		wantErr       string
+	}{
+		{name: "reference", spec: objectSpec(objRef("spec.secretName", nil), nil), env: kcp, wantNamespace: "team-a", wantName: "db-creds"},
+		{name: "reference with regex", spec: objectSpec(objRef("spec.secretName", &ferryv1alpha1.RegexReplacement{Pattern: "-creds$", Replacement: "-tls"}), nil),
+			env: kcp, wantNamespace: "team-a", wantName: "db-tls"},
+		{name: "template", spec: objectSpec(objTmpl("{{ .Object.spec.secretName }}"), nil), env: svc, wantNamespace: "team-a", wantName: "db-creds"},
+		{name: "template by side, kcp", spec: objectSpec(objTmpl(`{{ if eq .Side "kcp" }}in-kcp{{ else }}local{{ end }}`), nil),
+			env: kcp, wantNamespace: "team-a", wantName: "in-kcp"},
+		{name: "template by side, service", spec: objectSpec(objTmpl(`{{ if eq .Side "kcp" }}in-kcp{{ else }}local{{ end }}`), nil),
+			env: svc, wantNamespace: "team-a", wantName: "local"},
+		{name: "template with workspace and hash", spec: objectSpec(objTmpl(`{{ .ClusterName }}-{{ sha3short .Object.metadata.name 8 }}`), nil),
+			env: kcp, wantNamespace: "team-a", wantName: "2x4k-" + sha3short8("db")},
+		{name: "namespace by reference", spec: objectSpec(objRef("metadata.name", nil), ptr(objRef("spec.nested.ns", nil))),
+			env: kcp, wantNamespace: "vault", wantName: "db"},
+		{name: "namespace by template", spec: objectSpec(objRef("metadata.name", nil), ptr(objTmpl("{{ .ClusterPath | replace \":\" \"-\" }}"))),
+			env: kcp, wantNamespace: "root-team", wantName: "db"},
+		{name: "template output trimmed", spec: objectSpec(objTmpl("  {{ .Object.spec.secretName }}\n"), nil), env: kcp, wantNamespace: "team-a", wantName: "db-creds"},
+		{name: "template missing key", spec: objectSpec(objTmpl("{{ .Object.spec.nope.deeper }}"), nil), env: kcp, wantErr: `related "creds": object.template`},
+		{name: "template empty", spec: objectSpec(objTmpl(`{{ "" }}`), nil), env: kcp, wantErr: "object.template gives an empty name"},
+		{name: "template invalid name", spec: objectSpec(objTmpl("Not_Valid"), nil), env: kcp, wantErr: `object.template gives "Not_Valid", which is not a valid name`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			refs, err := Compile([]ferryv1alpha1.RelatedResourceSpec{tt.spec})
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			ns, name, err := refs[0].Locate(primary(), tt.env)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ns != tt.wantNamespace || name != tt.wantName {
+				t.Errorf("Locate = %s/%s, want %s/%s", ns, name, tt.wantNamespace, tt.wantName)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func sha3short8(s string) string {
+	sum := sha3.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// TestResourceSpelling: an entry naming the resource claims exactly that
+// resource in kcp, and takes the kind the edge resolves; one naming the
+// kind guesses the plural. A .ClusterPath template is flagged so the edge
+// can require workspace paths.
+func TestResourceSpelling(t *testing.T) {
+	s := objectSpec(objRef("spec.secretName", nil), nil)
+	s.Group, s.Version, s.Resource = "example.com", "v2", "widgetsecrets"
+	refs, err := Compile([]ferryv1alpha1.RelatedResourceSpec{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := refs[0]
+	if !r.ByResource || r.Resource.String() != "example.com/v2, Resource=widgetsecrets" || r.Kind.Kind != "" {
+		t.Fatalf("Reference = %+v", r)
+	}
+	r.ResolveKind("WidgetSecret")
+	if r.Kind.String() != "example.com/v2, Kind=WidgetSecret" {
+		t.Errorf("Kind = %s", r.Kind)
+	}
+	if r.UsesClusterPath() {
+		t.Error("UsesClusterPath without a template")
+	}
+	// Sent to the broker with the kind the edge resolved: both are set.
+	s.Kind = "WidgetSecret"
+	if refs, err = Compile([]ferryv1alpha1.RelatedResourceSpec{s}); err != nil || refs[0].Resource.Resource != "widgetsecrets" || refs[0].Kind.Kind != "WidgetSecret" {
+		t.Fatalf("Compile with kind and resource = %+v, %v", refs, err)
+	}
+	p := objectSpec(objRef("metadata.name", nil), ptr(objTmpl("{{ .ClusterPath }}")))
+	if refs, err = Compile([]ferryv1alpha1.RelatedResourceSpec{p}); err != nil || !refs[0].UsesClusterPath() {
+		t.Errorf("UsesClusterPath = false for a namespace template reading .ClusterPath (%v)", err)
+	}
 }

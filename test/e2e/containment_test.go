@@ -102,7 +102,7 @@ func TestRelatedReferencesCannotReachOtherTenants(t *testing.T) {
 	b := newSyncEnv(t, "reach.containment.example.com", "ReachCert", "reachcerts", func(s *ferryv1alpha1.PublishedResourceSpec) {
 		s.Related = []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-			Reference: ferryv1alpha1.RelatedResourceReference{
+			Reference: &ferryv1alpha1.RelatedResourceReference{
 				Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 				Namespace: &ferryv1alpha1.ResourceLocator{Path: "spec.secretNamespace"},
 			},
@@ -177,7 +177,7 @@ func TestSharedRelatedSecretConflicts(t *testing.T) {
 			s.Naming = &ferryv1alpha1.ResourceNaming{Namespace: fixedNS, Name: "$remoteClusterName-$remoteNamespaceHash-$remoteNameHash"}
 			s.Related = []ferryv1alpha1.RelatedResourceSpec{{
 				Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-				Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 			}}
 			if mutate {
 				// The README's fix: the local Secret is named after the local copy.
@@ -270,7 +270,7 @@ func TestRelatedCopyOutsidePrimaryNamespaceHolds(t *testing.T) {
 	staticEntry := func(id, ns string) ferryv1alpha1.RelatedResourceSpec {
 		return ferryv1alpha1.RelatedResourceSpec{
 			Identifier: id, Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-			Reference: ferryv1alpha1.RelatedResourceReference{
+			Reference: &ferryv1alpha1.RelatedResourceReference{
 				Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 				Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: ns}},
 			},

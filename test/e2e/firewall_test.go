@@ -167,7 +167,7 @@ func (e *firewalledEnv) assertSyncs(t testing.TB, group, kind, plural string) {
 		Resource: ferryv1alpha1.SourceResource{APIGroup: crd.Spec.Group, Kind: crd.Spec.Names.Kind, Version: "v1"},
 		Related: []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-			Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 		}},
 	})
 	s := publishedSyncEnv(t, e.pubEnv, crd)

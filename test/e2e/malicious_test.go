@@ -84,7 +84,7 @@ func TestEdgeRefusesAMaliciousBroker(t *testing.T) {
 		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Strongbox", Version: "v1"},
 		Related: []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
-			Reference: ferryv1alpha1.RelatedResourceReference{
+			Reference: &ferryv1alpha1.RelatedResourceReference{
 				Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
 				Namespace: &ferryv1alpha1.ResourceLocator{Path: "spec.secretNamespace"},
 			},

@@ -173,7 +173,7 @@ func TestPublishKeepsForeignSchemasAndNeverRemoves(t *testing.T) {
 		Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: "Keeper", Version: "v1"},
 		Related: []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "credentials", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-			Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 		}},
 	})
 	pr := e.waitCondition(t, "keepers", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)

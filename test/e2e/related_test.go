@@ -118,7 +118,7 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 		}}
 		s.Related = []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "tls", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-			Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 		}}
 	})
 	svc := serviceKube(t)
@@ -235,12 +235,12 @@ func TestRelatedObjectsFromKCP(t *testing.T) {
 		s.Related = []ferryv1alpha1.RelatedResourceSpec{
 			{
 				Identifier: "credentials", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
-				Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.credentialsSecret"}},
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.credentialsSecret"}},
 			},
 			{
 				// A static namespace on both sides: an empty pattern injects the replacement.
 				Identifier: "settings", Origin: ferryv1alpha1.OriginKCP, Kind: "ConfigMap",
-				Reference: ferryv1alpha1.RelatedResourceReference{
+				Reference: &ferryv1alpha1.RelatedResourceReference{
 					Name:      ferryv1alpha1.ResourceLocator{Path: "spec.configName"},
 					Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: staticNS}},
 				},
@@ -352,7 +352,7 @@ func TestInvalidRelatedGetsCondition(t *testing.T) {
 		Resource: ferryv1alpha1.SourceResource{APIGroup: "badrel.example.com", Kind: "Gadget", Version: "v1"},
 		Related: []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "creds", Origin: ferryv1alpha1.OriginService, Kind: "Secret",
-			Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{
 				Path: "spec.secretName", Regex: &ferryv1alpha1.RegexReplacement{Pattern: "(unclosed", Replacement: "x"},
 			}},
 		}},
@@ -367,7 +367,7 @@ func TestInvalidRelatedGetsCondition(t *testing.T) {
 		Projection: &ferryv1alpha1.ResourceProjection{Kind: "Gizmo"},
 		Related: []ferryv1alpha1.RelatedResourceSpec{{
 			Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Sekret",
-			Reference: ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
 		}},
 	})
 	pr = p.waitCondition(t, "unknown-related-kind", metav1.ConditionFalse, ferryv1alpha1.ReasonRelatedInvalid)

@@ -1343,6 +1343,7 @@ type RelatedObjectReport struct {
 	//	*RelatedObjectReport_Gone
 	//	*RelatedObjectReport_Unresolved
 	//	*RelatedObjectReport_Error
+	//	*RelatedObjectReport_Objects
 	State isRelatedObjectReport_State `protobuf_oneof:"state"`
 	// The epoch of the edge's report outbox that sent this report: random,
 	// non-zero, chosen once per edge engine incarnation (report ids restart
@@ -1461,6 +1462,15 @@ func (x *RelatedObjectReport) GetError() *ApplyError {
 	return nil
 }
 
+func (x *RelatedObjectReport) GetObjects() *RelatedObjectSet {
+	if x != nil {
+		if x, ok := x.State.(*RelatedObjectReport_Objects); ok {
+			return x.Objects
+		}
+	}
+	return nil
+}
+
 func (x *RelatedObjectReport) GetReportEpoch() uint64 {
 	if x != nil {
 		return x.ReportEpoch
@@ -1494,6 +1504,13 @@ type RelatedObjectReport_Error struct {
 	Error *ApplyError `protobuf:"bytes,9,opt,name=error,proto3,oneof"`
 }
 
+type RelatedObjectReport_Objects struct {
+	// What a label-selected entry (object.selector) found: every matching
+	// object, possibly none. local_name is empty; the broker writes each
+	// object and deletes the entry's copies that are not in the set.
+	Objects *RelatedObjectSet `protobuf:"bytes,11,opt,name=objects,proto3,oneof"`
+}
+
 func (*RelatedObjectReport_Object) isRelatedObjectReport_State() {}
 
 func (*RelatedObjectReport_Gone) isRelatedObjectReport_State() {}
@@ -1501,6 +1518,122 @@ func (*RelatedObjectReport_Gone) isRelatedObjectReport_State() {}
 func (*RelatedObjectReport_Unresolved) isRelatedObjectReport_State() {}
 
 func (*RelatedObjectReport_Error) isRelatedObjectReport_State() {}
+
+func (*RelatedObjectReport_Objects) isRelatedObjectReport_State() {}
+
+// RelatedObjectSet is every object a label-selected related[] entry found
+// in local_namespace of the service cluster for one primary.
+type RelatedObjectSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The objects, sorted by local_name; names are unique.
+	Entries       []*RelatedObjectSetEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelatedObjectSet) Reset() {
+	*x = RelatedObjectSet{}
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelatedObjectSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelatedObjectSet) ProtoMessage() {}
+
+func (x *RelatedObjectSet) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelatedObjectSet.ProtoReflect.Descriptor instead.
+func (*RelatedObjectSet) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RelatedObjectSet) GetEntries() []*RelatedObjectSetEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// RelatedObjectSetEntry is one object a label selector found.
+type RelatedObjectSetEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object's name in the service cluster. Required.
+	LocalName string `protobuf:"bytes,1,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
+	// Its name in kcp: the local name rewritten by the entry's
+	// selector.rewrite (the service cluster's names may say more than the
+	// consumer should see). Required.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The object as JSON (its content; the broker sets name, namespace and
+	// its own metadata). Required.
+	Object        []byte `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelatedObjectSetEntry) Reset() {
+	*x = RelatedObjectSetEntry{}
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelatedObjectSetEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelatedObjectSetEntry) ProtoMessage() {}
+
+func (x *RelatedObjectSetEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelatedObjectSetEntry.ProtoReflect.Descriptor instead.
+func (*RelatedObjectSetEntry) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RelatedObjectSetEntry) GetLocalName() string {
+	if x != nil {
+		return x.LocalName
+	}
+	return ""
+}
+
+func (x *RelatedObjectSetEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RelatedObjectSetEntry) GetObject() []byte {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
 
 // RelatedObjectGone reports that a related object does not exist locally.
 type RelatedObjectGone struct {
@@ -1511,7 +1644,7 @@ type RelatedObjectGone struct {
 
 func (x *RelatedObjectGone) Reset() {
 	*x = RelatedObjectGone{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1656,7 @@ func (x *RelatedObjectGone) String() string {
 func (*RelatedObjectGone) ProtoMessage() {}
 
 func (x *RelatedObjectGone) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[16]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1669,7 @@ func (x *RelatedObjectGone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectGone.ProtoReflect.Descriptor instead.
 func (*RelatedObjectGone) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{16}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{18}
 }
 
 // RelatedObjectUnresolved reports why a related object could not be located.
@@ -1550,7 +1683,7 @@ type RelatedObjectUnresolved struct {
 
 func (x *RelatedObjectUnresolved) Reset() {
 	*x = RelatedObjectUnresolved{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1695,7 @@ func (x *RelatedObjectUnresolved) String() string {
 func (*RelatedObjectUnresolved) ProtoMessage() {}
 
 func (x *RelatedObjectUnresolved) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[17]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1708,7 @@ func (x *RelatedObjectUnresolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedObjectUnresolved.ProtoReflect.Descriptor instead.
 func (*RelatedObjectUnresolved) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{17}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RelatedObjectUnresolved) GetMessage() string {
@@ -1607,7 +1740,7 @@ type DeletionConfirmation struct {
 
 func (x *DeletionConfirmation) Reset() {
 	*x = DeletionConfirmation{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1752,7 @@ func (x *DeletionConfirmation) String() string {
 func (*DeletionConfirmation) ProtoMessage() {}
 
 func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[18]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1765,7 @@ func (x *DeletionConfirmation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletionConfirmation.ProtoReflect.Descriptor instead.
 func (*DeletionConfirmation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{18}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeletionConfirmation) GetReportId() uint64 {
@@ -1693,7 +1826,7 @@ type ResendRequest struct {
 
 func (x *ResendRequest) Reset() {
 	*x = ResendRequest{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1838,7 @@ func (x *ResendRequest) String() string {
 func (*ResendRequest) ProtoMessage() {}
 
 func (x *ResendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[19]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1851,7 @@ func (x *ResendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendRequest.ProtoReflect.Descriptor instead.
 func (*ResendRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{19}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResendRequest) GetReportId() uint64 {
@@ -1778,7 +1911,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[20]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1923,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[20]
+	mi := &file_ferry_v1alpha1_objects_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1936,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{20}
+	return file_ferry_v1alpha1_objects_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportResult) GetReportId() uint64 {
@@ -1915,7 +2048,7 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\fR\x06status\x124\n" +
 	"\x16local_resource_version\x18\x04 \x01(\tR\x14localResourceVersion\x120\n" +
 	"\x05error\x18\x05 \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorR\x05error\x12!\n" +
-	"\freport_epoch\x18\x06 \x01(\x04R\vreportEpoch\"\xf4\x03\n" +
+	"\freport_epoch\x18\x06 \x01(\x04R\vreportEpoch\"\xb2\x04\n" +
 	"\x13RelatedObjectReport\x12\x1b\n" +
 	"\treport_id\x18\x01 \x01(\x04R\breportId\x128\n" +
 	"\n" +
@@ -1929,10 +2062,18 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	"\n" +
 	"unresolved\x18\b \x01(\v2'.ferry.v1alpha1.RelatedObjectUnresolvedH\x00R\n" +
 	"unresolved\x122\n" +
-	"\x05error\x18\t \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorH\x00R\x05error\x12!\n" +
+	"\x05error\x18\t \x01(\v2\x1a.ferry.v1alpha1.ApplyErrorH\x00R\x05error\x12<\n" +
+	"\aobjects\x18\v \x01(\v2 .ferry.v1alpha1.RelatedObjectSetH\x00R\aobjects\x12!\n" +
 	"\freport_epoch\x18\n" +
 	" \x01(\x04R\vreportEpochB\a\n" +
-	"\x05state\"\x13\n" +
+	"\x05state\"S\n" +
+	"\x10RelatedObjectSet\x12?\n" +
+	"\aentries\x18\x01 \x03(\v2%.ferry.v1alpha1.RelatedObjectSetEntryR\aentries\"b\n" +
+	"\x15RelatedObjectSetEntry\x12\x1d\n" +
+	"\n" +
+	"local_name\x18\x01 \x01(\tR\tlocalName\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06object\x18\x03 \x01(\fR\x06object\"\x13\n" +
 	"\x11RelatedObjectGone\"3\n" +
 	"\x17RelatedObjectUnresolved\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\"\xbc\x01\n" +
@@ -1979,7 +2120,7 @@ func file_ferry_v1alpha1_objects_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_ferry_v1alpha1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(ApplyErrorReason)(0),           // 0: ferry.v1alpha1.ApplyErrorReason
 	(AdoptedFrom)(0),                // 1: ferry.v1alpha1.AdoptedFrom
@@ -1999,11 +2140,13 @@ var file_ferry_v1alpha1_objects_proto_goTypes = []any{
 	(*InventoryRequest)(nil),        // 15: ferry.v1alpha1.InventoryRequest
 	(*StatusReport)(nil),            // 16: ferry.v1alpha1.StatusReport
 	(*RelatedObjectReport)(nil),     // 17: ferry.v1alpha1.RelatedObjectReport
-	(*RelatedObjectGone)(nil),       // 18: ferry.v1alpha1.RelatedObjectGone
-	(*RelatedObjectUnresolved)(nil), // 19: ferry.v1alpha1.RelatedObjectUnresolved
-	(*DeletionConfirmation)(nil),    // 20: ferry.v1alpha1.DeletionConfirmation
-	(*ResendRequest)(nil),           // 21: ferry.v1alpha1.ResendRequest
-	(*ReportResult)(nil),            // 22: ferry.v1alpha1.ReportResult
+	(*RelatedObjectSet)(nil),        // 18: ferry.v1alpha1.RelatedObjectSet
+	(*RelatedObjectSetEntry)(nil),   // 19: ferry.v1alpha1.RelatedObjectSetEntry
+	(*RelatedObjectGone)(nil),       // 20: ferry.v1alpha1.RelatedObjectGone
+	(*RelatedObjectUnresolved)(nil), // 21: ferry.v1alpha1.RelatedObjectUnresolved
+	(*DeletionConfirmation)(nil),    // 22: ferry.v1alpha1.DeletionConfirmation
+	(*ResendRequest)(nil),           // 23: ferry.v1alpha1.ResendRequest
+	(*ReportResult)(nil),            // 24: ferry.v1alpha1.ReportResult
 }
 var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	2,  // 0: ferry.v1alpha1.ObjectKey.resource:type_name -> ferry.v1alpha1.GroupVersionResource
@@ -2029,19 +2172,21 @@ var file_ferry_v1alpha1_objects_proto_depIdxs = []int32{
 	9,  // 20: ferry.v1alpha1.StatusReport.error:type_name -> ferry.v1alpha1.ApplyError
 	5,  // 21: ferry.v1alpha1.RelatedObjectReport.related_to:type_name -> ferry.v1alpha1.RelatedTo
 	2,  // 22: ferry.v1alpha1.RelatedObjectReport.resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	18, // 23: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
-	19, // 24: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
+	20, // 23: ferry.v1alpha1.RelatedObjectReport.gone:type_name -> ferry.v1alpha1.RelatedObjectGone
+	21, // 24: ferry.v1alpha1.RelatedObjectReport.unresolved:type_name -> ferry.v1alpha1.RelatedObjectUnresolved
 	9,  // 25: ferry.v1alpha1.RelatedObjectReport.error:type_name -> ferry.v1alpha1.ApplyError
-	3,  // 26: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
-	4,  // 27: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
-	3,  // 28: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
-	5,  // 29: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
-	9,  // 30: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	18, // 26: ferry.v1alpha1.RelatedObjectReport.objects:type_name -> ferry.v1alpha1.RelatedObjectSet
+	19, // 27: ferry.v1alpha1.RelatedObjectSet.entries:type_name -> ferry.v1alpha1.RelatedObjectSetEntry
+	3,  // 28: ferry.v1alpha1.DeletionConfirmation.key:type_name -> ferry.v1alpha1.ObjectKey
+	4,  // 29: ferry.v1alpha1.DeletionConfirmation.version:type_name -> ferry.v1alpha1.ObjectVersion
+	3,  // 30: ferry.v1alpha1.ResendRequest.key:type_name -> ferry.v1alpha1.ObjectKey
+	5,  // 31: ferry.v1alpha1.ResendRequest.related_to:type_name -> ferry.v1alpha1.RelatedTo
+	9,  // 32: ferry.v1alpha1.ReportResult.error:type_name -> ferry.v1alpha1.ApplyError
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_objects_proto_init() }
@@ -2058,6 +2203,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 		(*RelatedObjectReport_Gone)(nil),
 		(*RelatedObjectReport_Unresolved)(nil),
 		(*RelatedObjectReport_Error)(nil),
+		(*RelatedObjectReport_Objects)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2065,7 +2211,7 @@ func file_ferry_v1alpha1_objects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_objects_proto_rawDesc), len(file_ferry_v1alpha1_objects_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,306 @@
+package v1alpha1
+
+import (
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Related objects: the spec.related[] entries of a PublishedResource.
+//
+// Two spellings are accepted, so documents written for api-syncagent work
+// with only their apiVersion changed:
+//
+//   - ferry's: kind (+ group, version) and reference.{name,namespace}, each a
+//     path on the primary object with an optional regex;
+//   - api-syncagent's: resource (the plural, + group, version) and
+//     object.{reference|template|selector} with object.namespace.
+//
+// Exactly one of kind and resource, and exactly one of reference and object,
+// is set; admission says which when a document mixes them.
+
+// RelatedResourceOrigin tells on which side a related object is created:
+// "service" or "kcp". "platform", the seeds' word for kcp, is accepted as
+// written and means kcp; compare origins through Normalized.
+// +kubebuilder:validation:Enum=service;kcp;platform
+type RelatedResourceOrigin string
+
+// Related resource origins.
+const (
+	OriginService RelatedResourceOrigin = "service"
+	OriginKCP     RelatedResourceOrigin = "kcp"
+	// OriginPlatform is the seeds' spelling of OriginKCP.
+	OriginPlatform RelatedResourceOrigin = "platform"
+)
+
+// Normalized returns the origin in ferry's spelling: platform becomes kcp;
+// anything else is returned unchanged (and refused where it is compiled).
+func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
+	if o == OriginPlatform {
+		return OriginKCP
+	}
+	return o
+}
+
+// RelatedResourceSpec describes one kind of related object.
+// +kubebuilder:validation:XValidation:rule="!(has(self.kind) && has(self.resource))",message="set kind (e.g. Secret) or resource (the plural, e.g. secrets), not both: the edge derives one from the other through the service cluster's discovery"
+// +kubebuilder:validation:XValidation:rule="has(self.kind) || has(self.resource)",message="set kind (e.g. Secret) or resource (the plural, e.g. secrets) to name the related object's type"
+// +kubebuilder:validation:XValidation:rule="!(has(self.reference) && has(self.object))",message="set reference (ferry's name/namespace paths) or object (api-syncagent's reference, template or selector), not both"
+// +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
+// +kubebuilder:validation:XValidation:rule="!has(self.object) || !has(self.object.selector) || self.origin == 'service'",message="object.selector finds objects by their labels on the service cluster, so it needs origin: service; for origin kcp locate the object by object.reference or object.template"
+// +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
+// +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
+// +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
+// +kubebuilder:validation:XValidation:rule="!has(self.mutation)",message="mutation of related objects is not supported by ferry yet: shape the object on its origin side (e.g. with a spec mutation of the primary that names it)"
+type RelatedResourceSpec struct {
+	// Identifier names the entry, unique within the PublishedResource; it
+	// labels the related copies. Default: the resource when set (e.g.
+	// "secrets"), else the kind in lowercase (e.g. "secret"), as the seeds'
+	// examples leave it out; two entries of one kind must set it.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Identifier string `json:"identifier,omitempty"`
+
+	// Origin is the side where the object is created: "service" (synced up
+	// into kcp) or "kcp" (synced down); "platform" (the seeds' word) means
+	// kcp.
+	// +required
+	Origin RelatedResourceOrigin `json:"origin"`
+
+	// Kind of the related object, e.g. Secret or ConfigMap. Either Kind or
+	// Resource is set.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind,omitempty"`
+
+	// Resource is the related object's plural resource name, e.g. secrets
+	// (api-syncagent's spelling; Kind is ferry's). The edge resolves it to a
+	// kind through the service cluster's discovery, so it must be served
+	// there. Either Kind or Resource is set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="resource is the lowercase plural as `kubectl api-resources` lists it (e.g. secrets, not Secrets or Secret); to name the kind write kind: Secret instead"
+	Resource string `json:"resource,omitempty"`
+
+	// Group of the related object; empty for the core group.
+	// +optional
+	Group string `json:"group,omitempty"`
+
+	// Version of the related object; default "v1".
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Reference locates the related object by paths on the primary object
+	// (ferry's spelling). Either Reference or Object is set.
+	// +optional
+	Reference *RelatedResourceReference `json:"reference,omitempty"`
+
+	// Object locates the related object by a reference, a template or a
+	// label selector, and its namespace likewise (api-syncagent's
+	// spelling). Either Reference or Object is set.
+	// +optional
+	Object *RelatedResourceObject `json:"object,omitempty"`
+
+	// Cleanup says whether the related copies go with the primary object.
+	// Default true: when the primary is deleted, the copies ferry wrote
+	// (in kcp for origin service, in the service cluster for origin kcp)
+	// are deleted before its finalizer is released. False keeps them: ferry
+	// removes its labels and annotations from each copy (and, in kcp, the
+	// owner reference to the primary, so kcp's garbage collector keeps it
+	// too) and never touches it again — it becomes an ordinary object of
+	// its side. A copy whose reference moves while the primary exists is
+	// still deleted, and deletionPolicy Delete of the PublishedResource
+	// still deletes every copy.
+	// +optional
+	// +kubebuilder:default=true
+	Cleanup *bool `json:"cleanup,omitempty"`
+
+	// IdentityHash is api-syncagent's way of relating a kind another
+	// APIExport provides (the identity hash of that APIExport, for the
+	// permission claim). Ferry does not relate such kinds yet, so a
+	// document that sets it is refused at admission rather than synced
+	// without it.
+	// +optional
+	IdentityHash string `json:"identityHash,omitempty"`
+
+	// Projection is api-syncagent's way of relating a kind under another
+	// group, version or resource on the destination side. Ferry relates a
+	// kind under the same group, version and resource on both sides, so a
+	// document that sets it is refused at admission rather than synced to
+	// the wrong resource.
+	// +optional
+	Projection *RelatedResourceProjection `json:"projection,omitempty"`
+
+	// Mutation is api-syncagent's way of rewriting related objects on
+	// their way. Ferry does not mutate related objects yet, so a document
+	// that sets it is refused at admission rather than synced unmutated.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	Mutation *runtime.RawExtension `json:"mutation,omitempty"`
+
+	// SyncStatus carries the related object's status along with it
+	// (default false: status stays on its side). For origin service the
+	// status of the object in the service cluster is written to the copy in
+	// kcp — through the status subresource where the kind has one — so a
+	// consumer sees e.g. whether a provisioned object is ready. Only for
+	// origin service.
+	// +optional
+	SyncStatus bool `json:"syncStatus,omitempty"`
+}
+
+// EffectiveIdentifier is the identifier, or its default: the resource when
+// the entry names one, else the kind in lowercase.
+func (s *RelatedResourceSpec) EffectiveIdentifier() string {
+	// The resource first: the edge sends the broker the kind it resolved
+	// beside a resource, and both sides must derive the same identifier.
+	switch {
+	case s.Identifier != "":
+		return s.Identifier
+	case s.Resource != "":
+		return s.Resource
+	default:
+		return strings.ToLower(s.Kind)
+	}
+}
+
+// RelatedResourceReference locates a related object by paths evaluated on
+// the primary object on each side.
+type RelatedResourceReference struct {
+	// Name of the related object.
+	// +required
+	Name ResourceLocator `json:"name"`
+	// Namespace of the related object; default: the primary's namespace.
+	// +optional
+	Namespace *ResourceLocator `json:"namespace,omitempty"`
+}
+
+// ResourceLocator evaluates a field path on an object, optionally rewritten
+// by a regular expression.
+type ResourceLocator struct {
+	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Regex rewrites the value found at Path.
+	// +optional
+	Regex *RegexReplacement `json:"regex,omitempty"`
+}
+
+// RegexReplacement is a Go regular expression replacement. An empty pattern
+// with a replacement yields the replacement as a static value.
+type RegexReplacement struct {
+	// Pattern to match; empty replaces the whole value.
+	// +optional
+	Pattern string `json:"pattern,omitempty"`
+	// Replacement, which may refer to groups as $1 or ${1} (Go) or as \1
+	// (the seeds' and api-syncagent's spelling; \\ is a literal backslash).
+	// +optional
+	Replacement string `json:"replacement,omitempty"`
+}
+
+// RelatedResourceObject locates a related object and its namespace
+// (api-syncagent's spelling). Each level is located in exactly one way.
+// The rules are evaluated on the primary object on each side: in kcp on
+// the kcp object, on the service cluster on its local copy (after
+// mutations), so each side finds its own name.
+// +kubebuilder:validation:XValidation:rule="!has(self.__namespace__) || !has(self.__namespace__.selector)",message="object.namespace.selector is not supported by ferry: locate the namespace by object.namespace.reference or object.namespace.template, or leave it out for the primary's namespace"
+type RelatedResourceObject struct {
+	RelatedResourceObjectSpec `json:",inline"`
+
+	// Namespace locates the related object's namespace; default: the
+	// primary's namespace (required when the primary is cluster-scoped).
+	// +optional
+	Namespace *RelatedResourceObjectSpec `json:"namespace,omitempty"`
+}
+
+// RelatedResourceObjectSpec is one way of locating a related object's name
+// or namespace: exactly one of Reference, Template and Selector.
+// +kubebuilder:validation:XValidation:rule="(has(self.reference) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.selector) ? 1 : 0) == 1",message="locate the related object (and its namespace) in exactly one way: reference (a path on the primary object), template (a Go template) or selector (labels, with a rewrite for the destination name)"
+type RelatedResourceObjectSpec struct {
+	// Reference is a dot-separated path on the primary object, e.g.
+	// spec.secretName, with an optional regex applied to the value.
+	// +optional
+	Reference *RelatedResourceObjectReference `json:"reference,omitempty"`
+
+	// Template is a Go template (pkg/templating: sprig functions, sha3sum,
+	// sha3short, shortHash) whose output is the name. It sees .Object (the
+	// primary object on the side it is evaluated for), .Side ("kcp" or
+	// "service"), .ClusterName and .ClusterPath (the kcp workspace).
+	// +optional
+	Template *TemplateExpression `json:"template,omitempty"`
+
+	// Selector finds the related objects by their labels on the service
+	// cluster (origin service only; not for a namespace): every object of
+	// the kind in the related namespace whose labels match is synced, so
+	// one entry may sync several objects. matchLabels keys and values are
+	// Go templates over .Object / .LocalObject (the local primary copy),
+	// .ClusterName and .ClusterPath; a key that renders empty is left out.
+	// Rewrite gives each found object its name in kcp.
+	// +optional
+	Selector *RelatedResourceObjectSelector `json:"selector,omitempty"`
+}
+
+// RelatedResourceObjectReference is a path on the primary object, with an
+// optional regular expression applied to the value found.
+type RelatedResourceObjectReference struct {
+	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+	// Regex rewrites the value found at Path.
+	// +optional
+	Regex *RegexReplacement `json:"regex,omitempty"`
+}
+
+// TemplateExpression is a Go template (see pkg/templating).
+type TemplateExpression struct {
+	// Template text, e.g. "{{ .Object.spec.secretName }}"; its output is
+	// trimmed of surrounding whitespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Template string `json:"template"`
+}
+
+// RelatedResourceObjectSelector finds related objects by their labels on
+// the origin side. Every object found is synced, named on the destination
+// side by Rewrite (the origin's names may say more than the consumer
+// should see).
+type RelatedResourceObjectSelector struct {
+	metav1.LabelSelector `json:",inline"`
+
+	// Rewrite names each found object on the destination side.
+	// +required
+	Rewrite RelatedResourceSelectorRewrite `json:"rewrite"`
+}
+
+// RelatedResourceSelectorRewrite turns a found object's name into its name
+// on the destination side: exactly one of Regex and Template.
+// +kubebuilder:validation:XValidation:rule="has(self.regex) != has(self.template)",message="rewrite sets exactly one of regex (pattern and replacement) and template (a Go template over .Value, the found name)"
+type RelatedResourceSelectorRewrite struct {
+	// Regex rewrites the found name.
+	// +optional
+	Regex *RegexReplacement `json:"regex,omitempty"`
+	// Template computes the name; .Value is the found name and
+	// .RelatedObject the found object.
+	// +optional
+	Template *TemplateExpression `json:"template,omitempty"`
+}
+
+// RelatedResourceProjection is api-syncagent's projection of a related
+// kind (refused at admission; see RelatedResourceSpec.Projection).
+type RelatedResourceProjection struct {
+	// Group on the destination side.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Version on the destination side.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Resource on the destination side.
+	// +optional
+	Resource string `json:"resource,omitempty"`
+}
