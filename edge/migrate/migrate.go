@@ -185,12 +185,27 @@ func (r *Result) spec(spec map[string]any, schema apiextensionsv1.JSONSchemaProp
 	if rel, ok := spec["related"].([]any); ok {
 		for i, e := range rel {
 			if m, ok := e.(map[string]any); ok {
-				r.mutations(fmt.Sprintf("spec.related[%d].mutation", i), m["mutation"])
+				r.related(fmt.Sprintf("spec.related[%d]", i), m)
 			}
 		}
 	}
 	r.prune("spec", spec, &schema)
 	return spec
+}
+
+// related drops what ferry refuses in a related entry: related kinds of
+// other APIExports, projections and mutations of related objects.
+func (r *Result) related(path string, entry map[string]any) {
+	for _, f := range []struct{ field, why string }{
+		{"identityHash", "ferry does not relate kinds of another APIExport yet; relate kinds kcp serves in every workspace (e.g. secrets, configmaps)"},
+		{"projection", "ferry relates a kind under the same group, version and resource on both sides; a projected related kind cannot be carried over"},
+		{"mutation", "ferry does not mutate related objects yet; shape the object on its origin side (e.g. a spec mutation of the primary that names it)"},
+	} {
+		if _, set := entry[f.field]; set {
+			delete(entry, f.field)
+			r.Changes = append(r.Changes, Change{Path: path + "." + f.field, Kind: Lossy, Message: f.why})
+		}
+	}
 }
 
 // mutations drops Rudi steps, which ferry has no interpreter for.

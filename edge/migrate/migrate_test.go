@@ -101,6 +101,10 @@ func TestConvert(t *testing.T) {
 		doc:       "apiVersion: services.kdp.k8c.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, mutation: {spec: [{rudi: {script: s}}, {delete: {path: spec.a}}]}}",
 		wantLossy: []string{"spec.mutation.spec[0].rudi"},
 	}, {
+		name:      "related fields ferry refuses",
+		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, identityHash: abc, projection: {group: x}, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
+		wantLossy: []string{"spec.related[0].identityHash", "spec.related[0].projection", "spec.related[0].mutation"},
+	}, {
 		name:      "top-level junk",
 		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}}\nextra: 1",
 		wantLossy: []string{"extra"},
