@@ -11,7 +11,7 @@ package v1alpha1
 // the local object.
 //
 //   - Fail: the kcp object is refused with a CONFLICT (a SyncFailed Event on
-//     it) and counted in status.conflicts; the local object is untouched.
+//     it) and counted in status.objects.conflicting; the local object is untouched.
 //   - Adopt: the local object is taken over in place (same UID): ferry's
 //     labels and annotations are set on it, the kcp object's content is
 //     applied to it (fields ferry does not set stay as they are), and the

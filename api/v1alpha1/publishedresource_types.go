@@ -11,6 +11,10 @@ import (
 // +kubebuilder:printcolumn:name="Projected",type=string,JSONPath=`.status.projectedKind`,description="Kind as served in kcp"
 // +kubebuilder:printcolumn:name="Schema",type=string,JSONPath=`.status.resourceSchemaName`,description="APIResourceSchema in kcp"
 // +kubebuilder:printcolumn:name="Published",type=string,JSONPath=`.status.conditions[?(@.type=="Published")].status`
+// +kubebuilder:printcolumn:name="Synced",type=string,JSONPath=`.status.conditions[?(@.type=="Synced")].status`,description="Whether the edge watches the local copies"
+// +kubebuilder:printcolumn:name="Copies",type=integer,JSONPath=`.status.objects.synced`,description="Local copies of kcp objects in the service cluster"
+// +kubebuilder:printcolumn:name="Failing",type=integer,JSONPath=`.status.objects.failing`,description="kcp objects the edge refuses (SyncFailed Events on them in kcp)"
+// +kubebuilder:printcolumn:name="Conflicts",type=integer,JSONPath=`.status.objects.conflicting`,description="kcp objects whose local name another object holds"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.servedResource) || oldSelf.status.servedResource == '' || (has(self.spec.projection) && has(self.spec.projection.kind) ? self.spec.projection.kind : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.kind) ? oldSelf.spec.projection.kind : '') && (has(self.spec.projection) && has(self.spec.projection.plural) ? self.spec.projection.plural : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.plural) ? oldSelf.spec.projection.plural : '') && (has(self.spec.projection) && has(self.spec.projection.scope) ? self.spec.projection.scope : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.scope) ? oldSelf.spec.projection.scope : '') && (has(self.spec.projection) && has(self.spec.projection.version) ? self.spec.projection.version : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.version) ? oldSelf.spec.projection.version : '') && (has(self.spec.projection) && has(self.spec.projection.versions) ? self.spec.projection.versions : {}) == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.versions) ? oldSelf.spec.projection.versions : {})",messageExpression="'spec.projection (kind, plural, scope, version, versions) cannot change once published (served as ' + oldSelf.status.servedResource + '): its objects in kcp and their local copies belong to that resource. To serve the CRD as another resource, delete this PublishedResource with deletionPolicy Orphan to keep the copies, then create a new one (README: changing a projection)'",fieldPath=".spec.projection",reason=FieldValueForbidden
 
@@ -474,12 +478,28 @@ type PublishedResourceStatus struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// Conflicts is how many kcp objects of this resource the edge
-	// currently refuses because an object that is not their copy holds
-	// their local name (spec.conflictPolicy Fail, or an object Adopt may
-	// not take). Written by the edge with the Synced condition.
+	// Objects counts this resource's objects on the edge, written with the
+	// Synced condition (whose message names the latest refusal).
 	// +optional
-	Conflicts int32 `json:"conflicts,omitempty"`
+	Objects *ObjectCounts `json:"objects,omitempty"`
+}
+
+// ObjectCounts counts a PublishedResource's objects on its edge.
+type ObjectCounts struct {
+	// Synced is how many local copies of kcp objects exist in the service
+	// cluster.
+	Synced int32 `json:"synced"`
+	// Failing is how many kcp objects the edge currently refuses for good,
+	// other than conflicts: a mutation or template that fails on the
+	// object, a place the edge may not write, the service cluster refusing
+	// the copy. Each has a SyncFailed Event on the kcp object; a refusal
+	// the broker retries (the service cluster unreachable, a cache not
+	// ready) is not counted.
+	Failing int32 `json:"failing"`
+	// Conflicting is how many kcp objects the edge refuses because an
+	// object that is not their copy holds their local name
+	// (spec.conflictPolicy Fail, or an object Adopt may not take).
+	Conflicting int32 `json:"conflicting"`
 }
 
 // Condition types and reasons of a PublishedResource.

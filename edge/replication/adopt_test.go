@@ -32,7 +32,7 @@ func syncAgentMarks(u *unstructured.Unstructured, agent string, r naming.Remote)
 	u.SetAnnotations(ann)
 }
 
-// conflictsWritten returns status.conflicts of the last status write of
+// conflictsWritten returns status.objects.conflicting of the last status write of
 // PublishedResource pr, and whether there was one.
 func conflictsWritten(t *testing.T, e *Engine) (int64, bool) {
 	t.Helper()
@@ -47,7 +47,7 @@ func conflictsWritten(t *testing.T, e *Engine) (int64, bool) {
 		if err := json.Unmarshal(p.GetPatch(), &u.Object); err != nil {
 			t.Fatal(err)
 		}
-		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conflicts")
+		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "objects", "conflicting")
 		f, _ := v.(float64) // encoding/json's number
 		n = int64(f)
 		found = true
@@ -200,10 +200,10 @@ func TestConflictPolicy(t *testing.T) {
 			}
 			n, written := conflictsWritten(t, e)
 			if tc.want == "conflict" && (!written || n != 1) {
-				t.Fatalf("status.conflicts = %d (written %v), want 1", n, written)
+				t.Fatalf("status.objects.conflicting = %d (written %v), want 1", n, written)
 			}
 			if tc.want != "conflict" && n != 0 {
-				t.Fatalf("status.conflicts = %d, want 0", n)
+				t.Fatalf("status.objects.conflicting = %d, want 0", n)
 			}
 		})
 	}

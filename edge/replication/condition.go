@@ -16,38 +16,57 @@ import (
 // the publish controller owns Published.
 const conditionFieldManager = "ferry-edge-replica"
 
-// syncedCondition is what the Synced condition says.
+// syncedCondition is what the Synced condition and the object counts of a
+// PublishedResource's status say.
 type syncedCondition struct {
 	status  metav1.ConditionStatus
 	reason  string
 	message string
+	// copies, failing and conflicting are status.objects.
+	copies, failing, conflicting int
 }
+
+// copiesStatusDelay batches the status writes that only a changed number of
+// copies calls for: a burst of creations writes the count once per delay,
+// not once per copy. Refusals and the watch's state are written at once.
+const copiesStatusDelay = 2 * time.Second
 
 // syncedConditionLocked is the Synced condition w's state calls for, with
-// conflicts objects refused because their local name is taken.
-func syncedConditionLocked(w *localWatch, conflicts int) syncedCondition {
-	if w.synced {
-		msg := "the edge watches the local copies"
-		switch n := conflicts; n {
-		case 0:
-		case 1:
-			msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object; " +
-				"spec.conflictPolicy Adopt takes such an object over)"
-		default:
-			msg += fmt.Sprintf("; %d objects are refused because their local names are taken by objects that are not their copies (see the SyncFailed Events "+
-				"on the kcp objects; spec.conflictPolicy Adopt takes such objects over)", n)
+// refused the objects refused for good.
+func syncedConditionLocked(w *localWatch, refused refusalCounts) syncedCondition {
+	if !w.synced {
+		if w.lastErr != nil {
+			return syncedCondition{status: metav1.ConditionFalse, reason: ferryv1alpha1.ReasonLocalWatchFailed,
+				message: "the edge cannot watch the local copies (its objects are not synced until it can): " + w.lastErr.Error()}
 		}
-		return syncedCondition{metav1.ConditionTrue, ferryv1alpha1.ReasonWatching, msg}
+		return syncedCondition{status: metav1.ConditionUnknown, reason: "Listing", message: "the edge is listing the local copies"}
 	}
-	if w.lastErr != nil {
-		return syncedCondition{metav1.ConditionFalse, ferryv1alpha1.ReasonLocalWatchFailed,
-			"the edge cannot watch the local copies (its objects are not synced until it can): " + w.lastErr.Error()}
+	msg := "the edge watches the local copies"
+	switch n := refused.conflicting; n {
+	case 0:
+	case 1:
+		msg += "; 1 object is refused because its local name is taken by an object that is not its copy (see the SyncFailed Event on the kcp object; " +
+			"spec.conflictPolicy Adopt takes such an object over)"
+	default:
+		msg += fmt.Sprintf("; %d objects are refused because their local names are taken by objects that are not their copies (see the SyncFailed Events "+
+			"on the kcp objects; spec.conflictPolicy Adopt takes such objects over)", n)
 	}
-	return syncedCondition{metav1.ConditionUnknown, "Listing", "the edge is listing the local copies"}
+	switch n := refused.failing; n {
+	case 0:
+	case 1:
+		msg += "; 1 object fails to sync (see the SyncFailed Event on the kcp object)"
+	default:
+		msg += fmt.Sprintf("; %d objects fail to sync (see the SyncFailed Events on the kcp objects)", n)
+	}
+	if refused.failing+refused.conflicting > 0 && refused.latest != "" {
+		msg += "; latest: " + refused.latest
+	}
+	return syncedCondition{status: metav1.ConditionTrue, reason: ferryv1alpha1.ReasonWatching, message: msg,
+		copies: len(w.store.ListKeys()), failing: refused.failing, conflicting: refused.conflicting}
 }
 
-// writeSyncedCondition applies the Synced condition of PublishedResource
-// name when it differs from what was last written.
+// writeSyncedCondition applies the Synced condition and status.objects of
+// PublishedResource name when they differ from what was last written.
 func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 	e.mu.Lock()
 	w, ok := e.watches[name]
@@ -55,22 +74,32 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 		e.mu.Unlock()
 		return nil
 	}
-	conflicts := e.ledger.conflicts(name)
-	want := syncedConditionLocked(w, conflicts)
+	want := syncedConditionLocked(w, e.ledger.refusals(name))
 	written := w.condition
 	e.mu.Unlock()
 	if written != nil && *written == want {
 		return nil
 	}
-	// status.conflicts goes with the condition that tells of them (one
-	// apply; the message changes whenever the count does).
+	status := map[string]any{"conditions": []any{map[string]any{
+		"type": ferryv1alpha1.ConditionSynced, "status": string(want.status), "reason": want.reason,
+		"message": want.message, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	}}}
+	if want.status == metav1.ConditionTrue {
+		// Counted only while the edge watches the copies: the last counts
+		// written stay meanwhile (this field manager keeps owning them).
+		status["objects"] = map[string]any{
+			"synced": int64(want.copies), "failing": int64(want.failing), "conflicting": int64(want.conflicting),
+		}
+	} else if written != nil {
+		want.copies, want.failing, want.conflicting = written.copies, written.failing, written.conflicting
+		status["objects"] = map[string]any{
+			"synced": int64(want.copies), "failing": int64(want.failing), "conflicting": int64(want.conflicting),
+		}
+	}
 	pr := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ferryv1alpha1.GroupVersion.String(), "kind": "PublishedResource",
 		"metadata": map[string]any{"name": name},
-		"status": map[string]any{"conditions": []any{map[string]any{
-			"type": ferryv1alpha1.ConditionSynced, "status": string(want.status), "reason": want.reason,
-			"message": want.message, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}, "conflicts": int64(conflicts)},
+		"status":   status,
 	}}
 	_, err := e.opts.Dynamic.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).
 		ApplyStatus(ctx, name, pr, metav1.ApplyOptions{FieldManager: conditionFieldManager, Force: true})
@@ -85,15 +114,21 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 	return nil
 }
 
+// copiesChanged queues the status of w's PublishedResource after a copy
+// appeared or left (batched, copiesStatusDelay).
+func (e *Engine) copiesChanged(w *localWatch) {
+	e.queue.AddAfter(conditionKey(w.pub.Name), copiesStatusDelay)
+}
+
 // conditionKey is the apply-queue item that writes PublishedResource
 // name's Synced condition (the queue serializes and retries it like
 // applies).
 func conditionKey(name string) queueKey { return queueKey{condition: name} }
 
-// countConflict keeps w's count of objects refused with a CONFLICT (their
-// local name is taken) up to date with res, the answer to in, and queues
-// the Synced condition when it changed.
-func (e *Engine) countConflict(in *ferryv1.SyncIntent, res *ferryv1.IntentResult) {
+// countRefusal keeps the counts of objects refused for good up to date
+// with res, the answer to in, and queues the PublishedResource's status
+// when they changed.
+func (e *Engine) countRefusal(in *ferryv1.SyncIntent, res *ferryv1.IntentResult) {
 	if in.GetRelatedTo() != nil {
 		return
 	}
@@ -101,13 +136,28 @@ func (e *Engine) countConflict(in *ferryv1.SyncIntent, res *ferryv1.IntentResult
 	if w == nil {
 		return
 	}
-	// Final CONFLICTs only: the refusals of a taken name (claim); a 409 of
-	// the API server (retryable) is not one.
-	conflict := res.GetError().GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT && !res.GetError().GetRetryable()
+	kind := refusalOf(res.GetError())
 	e.mu.Lock()
-	changed := e.ledger.answered(keyFor(pub.Name, in.GetKey()), conflict, res.GetError() == nil || in.GetDelete() != nil)
+	changed := e.ledger.answered(keyFor(pub.Name, in.GetKey()), kind, res.GetError().GetMessage(), res.GetError() == nil || in.GetDelete() != nil)
 	e.mu.Unlock()
 	if changed {
 		e.queue.Add(conditionKey(pub.Name))
+	}
+}
+
+// refusalOf classifies an answer's error. Only final refusals count: a
+// retryable one (the service cluster unreachable, a 409 of the API server,
+// a cache not ready) is the broker's to retry, and a withdrawn
+// PublishedResource (NOT_PUBLISHED) is told by its Published condition.
+func refusalOf(err *ferryv1.ApplyError) refusalKind {
+	switch {
+	case err == nil || err.GetRetryable():
+		return refusalNone
+	case err.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT:
+		return refusalConflict
+	case err.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_NOT_PUBLISHED:
+		return refusalNone
+	default:
+		return refusalFailing
 	}
 }

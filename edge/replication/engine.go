@@ -202,8 +202,8 @@ func (e *Engine) SetPublished(p *Published) {
 		w.cancel()
 		delete(e.watches, p.Name)
 	}
-	// The new revision's answers count its conflicts again.
-	e.ledger.resetConflicts(p.Name)
+	// The new revision's answers count its refusals again.
+	e.ledger.resetRefusals(p.Name)
 	e.published[p.Name] = p
 	e.watchLocked(p)
 	e.ensureRelatedWatchesLocked()
@@ -285,9 +285,15 @@ func (e *Engine) watchLocked(p *Published) {
 		e.opts.Log.Error(err, "cannot watch local copies", logging.KeyPublishedResource, p.Name, "resource", p.Local.String())
 	})
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.localChanged(w, nil, obj) },
+		AddFunc: func(obj any) {
+			e.localChanged(w, nil, obj)
+			e.copiesChanged(w)
+		},
 		UpdateFunc: func(old, obj any) { e.localChanged(w, old, obj) },
-		DeleteFunc: func(obj any) { e.localGone(w, obj) },
+		DeleteFunc: func(obj any) {
+			e.localGone(w, obj)
+			e.copiesChanged(w)
+		},
 	})
 	w.store = informer.GetIndexer()
 	go informer.RunWithContext(ctx)
@@ -466,7 +472,7 @@ func (e *Engine) next(ctx context.Context) bool {
 			"local", nsName(res.GetLocalNamespace(), res.GetLocalName()), "error", res.GetError().GetMessage())
 	}
 	e.observer().IntentDone(in, res)
-	e.countConflict(in, res)
+	e.countRefusal(in, res)
 	e.result(res)
 	return true
 }

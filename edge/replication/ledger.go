@@ -84,9 +84,26 @@ type objectRecord struct {
 	// deleting is the version of the delete intent carried out, awaiting
 	// the copy's disappearance to be confirmed (nil: none in flight).
 	deleting *ferryv1.ObjectVersion
-	// conflict: the last intent was refused with a final CONFLICT (the local
-	// name is taken); counted in the Synced condition.
-	conflict bool
+	// refusal is how the last intent was refused for good (a final CONFLICT:
+	// the local name is taken; or any other final refusal); counted in the
+	// PublishedResource's status.
+	refusal refusalKind
+}
+
+// refusalKind is how the edge last refused an object's intent for good.
+type refusalKind uint8
+
+const (
+	refusalNone     refusalKind = iota
+	refusalConflict             // a final CONFLICT: the local name is taken
+	refusalFailing              // any other final refusal
+)
+
+// refusalCounts are a PublishedResource's objects refused for good, and
+// the message of the latest refusal (for its Synced condition).
+type refusalCounts struct {
+	conflicting, failing int
+	latest               string
 }
 
 // ledger is the edge's per-object bookkeeping; see the top of this file.
@@ -96,13 +113,12 @@ type ledger struct {
 	// per queue key). Bounded by the broker's window, and dropped with the
 	// stream: the broker sends unanswered intents again.
 	pending map[queueKey]*ferryv1.SyncIntent
-	// conflictCount is the number of records with conflict set, per
-	// PublishedResource.
-	conflictCount map[string]int
+	// refused counts the records with a refusal, per PublishedResource.
+	refused map[string]*refusalCounts
 }
 
 func newLedger() *ledger {
-	return &ledger{records: map[ledgerKey]*objectRecord{}, pending: map[queueKey]*ferryv1.SyncIntent{}, conflictCount: map[string]int{}}
+	return &ledger{records: map[ledgerKey]*objectRecord{}, pending: map[queueKey]*ferryv1.SyncIntent{}, refused: map[string]*refusalCounts{}}
 }
 
 // get returns k's record, or nil.
@@ -250,25 +266,42 @@ func (l *ledger) confirmed(k ledgerKey) {
 	if r == nil {
 		return
 	}
-	*r = objectRecord{conflict: r.conflict}
+	*r = objectRecord{refusal: r.refusal}
 	l.tidy(k)
 }
 
-// answered records the answer to an intent for k: a final CONFLICT sets the
-// conflict, a success or an answered delete clears it. It tells whether
-// the count of conflicts of k's PublishedResource changed.
-func (l *ledger) answered(k ledgerKey, finalConflict, clears bool) bool {
+// answered records the answer to an intent for k: a final refusal (kind,
+// with its message) sets the record's refusal, a success or an answered
+// delete (clears) clears it. It tells whether pr's counts or latest
+// refusal changed (its status is to be written).
+func (l *ledger) answered(k ledgerKey, kind refusalKind, message string, clears bool) bool {
 	r := l.get(k)
-	was := r != nil && r.conflict
+	was := refusalNone
+	if r != nil {
+		was = r.refusal
+	}
 	switch {
-	case finalConflict && !was:
-		l.ensure(k).conflict = true
-		l.conflictCount[k.pr]++
-		return true
-	case !finalConflict && was && clears:
-		r.conflict = false
-		if l.conflictCount[k.pr]--; l.conflictCount[k.pr] <= 0 {
-			delete(l.conflictCount, k.pr)
+	case kind != refusalNone:
+		c := l.refused[k.pr]
+		if c == nil {
+			c = &refusalCounts{}
+			l.refused[k.pr] = c
+		}
+		changed := c.latest != message || was != kind
+		c.latest = message
+		if was != kind {
+			c.add(was, -1)
+			c.add(kind, 1)
+			l.ensure(k).refusal = kind
+		}
+		return changed
+	case was != refusalNone && clears:
+		r.refusal = refusalNone
+		if c := l.refused[k.pr]; c != nil {
+			c.add(was, -1)
+			if c.conflicting <= 0 && c.failing <= 0 {
+				delete(l.refused, k.pr)
+			}
 		}
 		l.tidy(k)
 		return true
@@ -276,19 +309,34 @@ func (l *ledger) answered(k ledgerKey, finalConflict, clears bool) bool {
 	return false
 }
 
-// conflicts is the number of pr's objects refused with a final CONFLICT.
-func (l *ledger) conflicts(pr string) int { return l.conflictCount[pr] }
+func (c *refusalCounts) add(kind refusalKind, n int) {
+	switch kind {
+	case refusalConflict:
+		c.conflicting += n
+	case refusalFailing:
+		c.failing += n
+	}
+}
 
-// resetConflicts forgets pr's conflicts: a new revision of it is
-// registered, whose answers count them again.
-func (l *ledger) resetConflicts(pr string) {
+// refusals returns pr's counts of objects refused for good (zero when
+// none).
+func (l *ledger) refusals(pr string) refusalCounts {
+	if c := l.refused[pr]; c != nil {
+		return *c
+	}
+	return refusalCounts{}
+}
+
+// resetRefusals forgets pr's refusals: a new revision of it is registered,
+// whose answers count them again.
+func (l *ledger) resetRefusals(pr string) {
 	for k, r := range l.records {
-		if k.pr == pr && r.conflict {
-			r.conflict = false
+		if k.pr == pr && r.refusal != refusalNone {
+			r.refusal = refusalNone
 			l.tidy(k)
 		}
 	}
-	delete(l.conflictCount, pr)
+	delete(l.refused, pr)
 }
 
 // forget drops everything recorded of pr's copies: it is no longer synced
@@ -301,7 +349,7 @@ func (l *ledger) forget(pr string) {
 			delete(l.records, k)
 		}
 	}
-	delete(l.conflictCount, pr)
+	delete(l.refused, pr)
 }
 
 // len is the number of objects recorded.

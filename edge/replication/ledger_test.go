@@ -36,9 +36,12 @@ func TestLedgerTransitions(t *testing.T) {
 	deleteFailed := func(l *ledger) { l.deleteFailed(a) }
 	gone := func(l *ledger) { l.gone(a) }
 	confirmed := func(l *ledger) { l.confirmed(a) }
-	conflict := func(k ledgerKey) step { return func(l *ledger) { l.answered(k, true, false) } }
-	succeeded := func(k ledgerKey) step { return func(l *ledger) { l.answered(k, false, true) } }
-	transientNack := func(k ledgerKey) step { return func(l *ledger) { l.answered(k, false, false) } }
+	conflict := func(k ledgerKey) step { return func(l *ledger) { l.answered(k, refusalConflict, "taken", false) } }
+	failing := func(k ledgerKey) step {
+		return func(l *ledger) { l.answered(k, refusalFailing, "mutation failed", false) }
+	}
+	succeeded := func(k ledgerKey) step { return func(l *ledger) { l.answered(k, refusalNone, "", true) } }
+	transientNack := func(k ledgerKey) step { return func(l *ledger) { l.answered(k, refusalNone, "", false) } }
 
 	cases := []struct {
 		name  string
@@ -48,7 +51,7 @@ func TestLedgerTransitions(t *testing.T) {
 		// upsert; a delete is in flight; status s1 would be reported;
 		// conflicts of pr; objects recorded.
 		wantApplied, wantDrifted, wantResend, wantDeleting, wantStatus bool
-		wantConflicts, wantRecords                                     int
+		wantConflicts, wantFailing, wantRecords                        int
 	}{
 		{name: "nothing known: copies of an earlier process are trusted", wantStatus: true},
 		{name: "applied", steps: []step{applied(a, "h1", 1)}, wantApplied: true, wantStatus: true, wantRecords: 1},
@@ -85,9 +88,14 @@ func TestLedgerTransitions(t *testing.T) {
 		{name: "final conflict, then applied", steps: []step{conflict(a), succeeded(a)}, wantStatus: true},
 		{name: "final conflict outlives the delete's confirmation until its answer is counted",
 			steps: []step{conflict(a), confirmed}, wantStatus: true, wantConflicts: 1, wantRecords: 1},
+		{name: "final refusal other than a conflict", steps: []step{failing(a)}, wantStatus: true, wantFailing: 1, wantRecords: 1},
+		{name: "failing, then a conflict: counted as the conflict only", steps: []step{failing(a), conflict(a)},
+			wantStatus: true, wantConflicts: 1, wantRecords: 1},
+		{name: "failing, then applied", steps: []step{failing(a), succeeded(a)}, wantStatus: true},
+		{name: "one failing, one in conflict", steps: []step{failing(a), conflict(b)}, wantStatus: true, wantConflicts: 1, wantFailing: 1, wantRecords: 2},
 		{name: "two objects in conflict", steps: []step{conflict(a), conflict(b)}, wantStatus: true, wantConflicts: 2, wantRecords: 2},
 		{name: "new revision of the PublishedResource: conflicts counted again", steps: []step{applied(a, "h1", 1), conflict(a), conflict(b),
-			func(l *ledger) { l.resetConflicts("pr") }}, wantApplied: true, wantStatus: true, wantRecords: 1},
+			failing(a), func(l *ledger) { l.resetRefusals("pr") }}, wantApplied: true, wantStatus: true, wantRecords: 1},
 		{name: "PublishedResource removed: everything of it forgotten", steps: []step{applied(a, "h1", 1), status(s1), conflict(b),
 			func(l *ledger) { l.forget("pr") }}, wantStatus: true},
 		{name: "another PublishedResource removed", steps: []step{applied(a, "h1", 1), func(l *ledger) { l.forget("other") }},
@@ -115,8 +123,8 @@ func TestLedgerTransitions(t *testing.T) {
 			if got := l.deleting(a); got != tc.wantDeleting {
 				t.Errorf("deleting %v, want %v", got, tc.wantDeleting)
 			}
-			if got := l.conflicts("pr"); got != tc.wantConflicts {
-				t.Errorf("conflicts %d, want %d", got, tc.wantConflicts)
+			if got := l.refusals("pr"); got.conflicting != tc.wantConflicts || got.failing != tc.wantFailing {
+				t.Errorf("conflicts %d, failing %d, want %d, %d", got.conflicting, got.failing, tc.wantConflicts, tc.wantFailing)
 			}
 			if got := l.len(); got != tc.wantRecords {
 				t.Errorf("records %d, want %d", got, tc.wantRecords)

@@ -262,7 +262,7 @@ func TestConflictsAreCountedOnThePublishedResource(t *testing.T) {
 		t.Fatalf("Synced condition writes %v: want the conflict counted", got)
 	}
 	if n, _ := conflictsWritten(t, e); n != 1 {
-		t.Fatalf("status.conflicts = %d, want 1", n)
+		t.Fatalf("status.objects.conflicting = %d, want 1", n)
 	}
 	// The service owner removes the object: the copy is made, the count goes.
 	if err := e.opts.Dynamic.Resource(localGVR).Namespace(taken.GetNamespace()).Delete(context.Background(), taken.GetName(), metav1.DeleteOptions{}); err != nil {
@@ -275,7 +275,7 @@ func TestConflictsAreCountedOnThePublishedResource(t *testing.T) {
 		t.Fatalf("the conflict is still counted after it was resolved: %s", last)
 	}
 	if n, written := conflictsWritten(t, e); !written || n != 0 {
-		t.Fatalf("status.conflicts = %d (written %v) after the conflict was resolved, want 0", n, written)
+		t.Fatalf("status.objects.conflicting = %d (written %v) after the conflict was resolved, want 0", n, written)
 	}
 }
 

@@ -32,8 +32,13 @@ func (e *pubEnv) serviceKube(t testing.TB) kubernetes.Interface {
 	return c
 }
 
-// conflictsOf reads status.conflicts of PublishedResource name.
+// conflictsOf reads status.objects.conflicting of PublishedResource name.
 func (e *pubEnv) conflictsOf(t testing.TB, ctx context.Context, name string) (int64, error) {
+	return e.objectCount(t, ctx, name, "conflicting")
+}
+
+// objectCount reads status.objects.<field> of PublishedResource name.
+func (e *pubEnv) objectCount(t testing.TB, ctx context.Context, name, field string) (int64, error) {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(e.serviceCluster().Config)
 	if err != nil {
@@ -43,7 +48,7 @@ func (e *pubEnv) conflictsOf(t testing.TB, ctx context.Context, name string) (in
 	if err != nil {
 		return 0, err
 	}
-	n, _, _ := unstructured.NestedInt64(pr.Object, "status", "conflicts")
+	n, _, _ := unstructured.NestedInt64(pr.Object, "status", "objects", field)
 	return n, nil
 }
 
@@ -78,7 +83,7 @@ func (e *syncEnv) createLocalObject(t testing.TB, u *unstructured.Unstructured, 
 // Event), carries the kcp object's content from then on, and is ferry's
 // copy like any other (deleted with the kcp object). Under Fail (the
 // default) it is untouched, the kcp object is refused with a reason, and
-// status.conflicts counts it.
+// status.objects.conflicting counts it.
 func TestConflictPolicyAdoptAndFail(t *testing.T) {
 	ctx := context.Background()
 	ns := "conflict-policy-e2e"
@@ -132,16 +137,24 @@ func TestConflictPolicyAdoptAndFail(t *testing.T) {
 	// Fail: untouched, refused with the reason, counted.
 	waitEvent(t, fail.consumerKube(t), "default", "kept", "SyncFailed", "was not created by ferry")
 	fail.assertLocalUntouched(t, kept)
-	waitFor(t, "status.conflicts of larders = 1", func(ctx context.Context) (bool, string) {
+	waitFor(t, "status.objects.conflicting of larders = 1", func(ctx context.Context) (bool, string) {
 		n, err := fail.conflictsOf(t, ctx, "larders")
 		if err != nil {
 			return false, err.Error()
 		}
-		return n == 1, fmt.Sprintf("status.conflicts = %d", n)
+		return n == 1, fmt.Sprintf("status.objects.conflicting = %d", n)
 	})
 	if n, err := adopt.conflictsOf(t, ctx, "pantries"); err != nil || n != 0 {
-		t.Errorf("status.conflicts of pantries = %d (%v), want 0", n, err)
+		t.Errorf("status.objects.conflicting of pantries = %d (%v), want 0", n, err)
 	}
+	// The adopted object counts as a copy (the count is written batched).
+	waitFor(t, "status.objects.synced of pantries = 1", func(ctx context.Context) (bool, string) {
+		n, err := adopt.objectCount(t, ctx, "pantries", "synced")
+		if err != nil {
+			return false, err.Error()
+		}
+		return n == 1, fmt.Sprintf("status.objects.synced = %d", n)
+	})
 
 	// The adopted object is ferry's copy: deleted with its kcp object.
 	adopt.deleteRemoteAndWaitGone(t, "default", "taken")
