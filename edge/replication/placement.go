@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
@@ -135,25 +136,42 @@ func (e *Engine) namespaceLocked(ns string) (nsState, string) {
 // mayRelateLocked tells whether a related object of a primary of workspace
 // may be read or written in ns: the primary's own namespace (placed by the
 // same rules), a namespace the entry names statically, or a namespace the
-// edge created for the same workspace.
-func (e *Engine) mayRelateLocked(workspace, primaryNS, ns string, ref *Related) error {
+// edge created for the same workspace. A namespace that does not exist is
+// refused as such, except for a kcp-origin entry that derives it from the
+// primary's namespace when that namespace is one ferry created for the
+// workspace: then create tells the caller to create ns for the workspace
+// (api-syncagent creates it too; deriving it from ferry's own namespace
+// keeps the consumer from choosing which namespaces ferry creates).
+func (e *Engine) mayRelateLocked(workspace, primaryNS, ns string, ref *Related) (create bool, err error) {
 	if ns == primaryNS && primaryNS != "" {
-		return nil
+		return false, nil
 	}
 	var static []string
 	if s, ok := ref.StaticNamespace(); ok {
 		static = []string{s}
 	}
 	st, owner := e.namespaceLocked(ns)
-	if st == nsMissing {
-		st = nsExisting // related objects never create a namespace for someone else
+	if st == nsMissing && len(static) == 0 {
+		if ref.Origin == ferryv1alpha1.OriginKCP && ref.NamespaceFromPrimaryNamespace() {
+			if pst, powner := e.namespaceLocked(primaryNS); pst == nsFerry && powner == workspace {
+				return true, nil
+			}
+			return false, fmt.Errorf("related %q: %w: namespace %s is not one ferry created for this workspace (%s), and ferry creates it only when the primary's namespace (%s) is one it created for this workspace",
+				ref.Identifier, errForbidden, ns, notFerrys, primaryNS)
+		}
+		return false, fmt.Errorf("related %q: %w: namespace %s is not one ferry created for this workspace (%s); ferry creates a related object's namespace only when the entry names it statically "+
+			"or, for origin kcp, derives it from the primary's namespace (reference.namespace.path: metadata.namespace)", ref.Identifier, errForbidden, ns, notFerrys)
 	}
-	_, err := placement{workspace: workspace, static: static}.decide(ns, st, owner)
-	if err != nil {
-		return fmt.Errorf("related %q: %w", ref.Identifier, err)
+	if _, err := (placement{workspace: workspace, static: static}).decide(ns, st, owner); err != nil {
+		return false, fmt.Errorf("related %q: %w", ref.Identifier, err)
 	}
-	return nil
+	return false, nil
 }
+
+// notFerrys says what the edge knows of a namespace its cache does not hold:
+// the cache holds only ferry's namespaces, so it does not exist or the
+// service cluster made it.
+const notFerrys = "it does not exist, or the service cluster made it"
 
 // place makes sure an object of p.workspace may land in ns and that ns
 // exists: it creates a missing namespace labelled for the workspace (or

@@ -178,7 +178,7 @@ func TestRelatedReferencesStayInTheWorkspace(t *testing.T) {
 	}
 	for _, tc := range cases {
 		e.mu.Lock()
-		err := e.mayRelateLocked("c1", "local-ns", tc.ns, &Related{Reference: refs[tc.ref]})
+		_, err := e.mayRelateLocked("c1", "local-ns", tc.ns, &Related{Reference: refs[tc.ref]})
 		e.mu.Unlock()
 		if (err == nil) != tc.wantOK || (err != nil && !errors.Is(err, errForbidden)) {
 			t.Errorf("%s: err = %v, want ok %v", tc.ns, err, tc.wantOK)

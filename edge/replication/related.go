@@ -183,7 +183,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
 	at := ""
 	if err == nil {
-		err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
+		_, err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
 	}
 	switch {
 	case errors.Is(err, errForbidden):
@@ -343,10 +343,17 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 			nsName(primary.GetNamespace(), primary.GetName()), err)
 	}
 	e.mu.Lock()
-	err = e.mayRelateLocked(pk.GetCluster(), primary.GetNamespace(), ns, ref)
+	create, err := e.mayRelateLocked(pk.GetCluster(), primary.GetNamespace(), ns, ref)
 	e.mu.Unlock()
 	if err != nil {
 		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, false, "the edge does not write %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+	}
+	if create {
+		// Labelled for the workspace: from now on the workspace's, and
+		// cached by the related watches like every namespace ferry made.
+		if err := e.place(ctx, placement{workspace: pk.GetCluster()}, ns); err != nil {
+			return nack(in, classify(err), !errors.Is(err, errForbidden), "the edge does not write %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+		}
 	}
 	var content map[string]any
 	if err := utiljson.Unmarshal(in.GetUpsert().GetObject(), &content); err != nil {

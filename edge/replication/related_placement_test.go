@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
+	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/objects"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // TestRelatedWaitsForTheAppliedPrimary: a related object is placed where
@@ -140,4 +143,81 @@ func relatedAnswers(sink *recordingSink) []*ferryv1.IntentResult {
 		}
 	}
 	return out
+}
+
+// TestRelatedNamespaceThatDoesNotExistYet: a kcp-origin related object
+// whose namespace rule derives the namespace from the primary's local
+// namespace (api-syncagent's "new namespace" scenario: a regex on
+// metadata.namespace) used to be refused with "namespace … exists and was
+// not created by ferry" although it did not exist. The edge now creates it,
+// labelled for the workspace, when the primary's namespace is one ferry
+// created for that workspace; otherwise it refuses and says only what it
+// knows: the namespace is not one ferry created for the workspace (its cache
+// holds only those).
+func TestRelatedNamespaceThatDoesNotExistYet(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
+		Reference: &ferryv1alpha1.RelatedResourceReference{
+			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
+			Namespace: &ferryv1alpha1.ResourceLocator{Path: "metadata.namespace", Regex: &ferryv1alpha1.RegexReplacement{Pattern: "(.*)", Replacement: `\1-secrets`}},
+		},
+	}, {
+		Identifier: "consumer-chosen", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
+		Reference: &ferryv1alpha1.RelatedResourceReference{
+			Name:      ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
+			Namespace: &ferryv1alpha1.ResourceLocator{Path: "spec.secretName"},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, primaryNS, identifier string
+		ferrysPrimaryNS             bool
+		wantCreated                 string // namespace created for workspace c1
+		wantRefusal                 string // a FORBIDDEN naming this
+	}{
+		{name: "derived from ferry's namespace of the workspace", primaryNS: "c1", identifier: "creds", ferrysPrimaryNS: true, wantCreated: "c1-secrets"},
+		{name: "derived from a namespace ferry did not create", primaryNS: "team", identifier: "creds", wantRefusal: "namespace team-secrets is not one ferry created for this workspace (it does not exist, or the service cluster made it)"},
+		{name: "written by the consumer", primaryNS: "c1", identifier: "consumer-chosen", ferrysPrimaryNS: true, wantRefusal: "namespace creds is not one ferry created for this workspace (it does not exist, or the service cluster made it)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := primaryIn("c1", tc.primaryNS, "app-copy", "creds")
+			objs := []runtime.Object{primary}
+			if tc.ferrysPrimaryNS {
+				objs = append(objs, ferryNamespace(tc.primaryNS, "c1"))
+			}
+			rels := []Related{{Reference: refs[0], Local: secretsGVR}, {Reference: refs[1], Local: secretsGVR}}
+			e, w, sink := testEngineWith(t, engineSetup{related: rels}, objs...)
+			acceptApplies(e)
+			remote, _ := naming.RemoteFrom(primary.GetLabels(), primary.GetAnnotations())
+			pk := remoteKey(w.pub, remote)
+			e.Handle(&ferryv1.SyncIntent{Key: &ferryv1.ObjectKey{Cluster: "c1", Namespace: "default", Name: "creds", Uid: "u-s"}, PublishedResource: "pr",
+				RelatedTo: &ferryv1.RelatedTo{Primary: pk, Identifier: tc.identifier}, Version: &ferryv1.ObjectVersion{Sequence: 1, ResourceVersion: "7"},
+				Operation: &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: []byte(`{"apiVersion":"v1","kind":"Secret","data":{"password":"aA=="}}`)}}})
+			runQueue(t, e)
+			answers := relatedAnswers(sink)
+			if len(answers) != 1 {
+				t.Fatalf("answers %v, want one", answers)
+			}
+			got := answers[0].GetError()
+			if tc.wantRefusal != "" {
+				if got.GetReason() != ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN || !strings.Contains(got.GetMessage(), tc.wantRefusal) ||
+					strings.Contains(got.GetMessage(), "exists and was not created") {
+					t.Fatalf("answer %v, want FORBIDDEN saying %q (and not that it exists)", got, tc.wantRefusal)
+				}
+				return
+			}
+			if got.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN {
+				t.Fatalf("refused: %v", got)
+			}
+			ns, err := e.opts.Kube.CoreV1().Namespaces().Get(context.Background(), tc.wantCreated, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("namespace %s not created: %v", tc.wantCreated, err)
+			}
+			if ns.Labels[naming.LabelWorkspace] != "c1" {
+				t.Fatalf("namespace %s labels %v, want it labelled for workspace c1", tc.wantCreated, ns.Labels)
+			}
+		})
+	}
 }

@@ -34,7 +34,7 @@ func (e *Engine) reportSelectedLocked(primary *unstructured.Unstructured, ref *R
 	env := serviceEnv(remote)
 	ns, err := ref.LocateNamespace(primary.Object, env)
 	if err == nil {
-		err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
+		_, err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
 	}
 	var sel labels.Selector
 	if err == nil {

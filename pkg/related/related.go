@@ -285,6 +285,16 @@ func (r *Reference) StaticNamespace() (string, bool) {
 	return r.namespace.replacement, true
 }
 
+// NamespaceFromPrimaryNamespace tells whether the entry derives the
+// related object's namespace from the primary's own namespace (a reference
+// to metadata.namespace, optionally rewritten by a regex): on the service
+// cluster that is a namespace ferry's naming rules chose, not a value the
+// consumer wrote.
+func (r *Reference) NamespaceFromPrimaryNamespace() bool {
+	n := r.namespace
+	return n != nil && n.tmpl == nil && !n.static && n.path.String() == "metadata.namespace"
+}
+
 // UsesClusterPath tells whether a template of the entry reads
 // .ClusterPath, which is known only with spec.enableWorkspacePaths.
 func (r *Reference) UsesClusterPath() bool {
