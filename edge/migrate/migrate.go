@@ -79,7 +79,22 @@ func (r Result) Lossy() bool {
 // Converter converts documents against ferry's PublishedResource schema.
 type Converter struct {
 	schema *apiextensionsv1.JSONSchemaProps
+	adopt  *Adoption
 }
+
+// Adoption makes the converted api-syncagent PublishedResources take over
+// the copies that api-syncagent made, in place (spec.adopt).
+type Adoption struct {
+	// AgentName is api-syncagent's --agent-name (its copies' label).
+	AgentName string
+	// StateNamespace is where api-syncagent keeps its last-known-state
+	// Secrets ("": they are left for the service owner).
+	StateNamespace string
+}
+
+// Adopt makes every api-syncagent PublishedResource converted from now on
+// adopt api-syncagent's copies as a describes.
+func (c *Converter) Adopt(a Adoption) { c.adopt = &a }
 
 // NewConverter reads ferry's PublishedResource schema from its CRD
 // manifest.
@@ -133,6 +148,9 @@ func (c *Converter) Convert(doc map[string]any) (Result, error) {
 			return Result{}, fmt.Errorf("PublishedResource %q: spec is not an object", name)
 		}
 		out["spec"] = r.spec(spec, c.schema.Properties["spec"])
+		if c.adopt != nil && apiVersion == APISyncAgent {
+			r.adoption(out["spec"].(map[string]any), *c.adopt)
+		}
 	}
 	r.Object = out
 	return r, nil
@@ -205,6 +223,28 @@ func (r *Result) related(path string, entry map[string]any) {
 			delete(entry, f.field)
 			r.Changes = append(r.Changes, Change{Path: path + "." + f.field, Kind: Lossy, Message: f.why})
 		}
+	}
+}
+
+// adoption sets spec.adopt, and lets the copies stay in the namespaces
+// api-syncagent made (which are not ferry's).
+func (r *Result) adoption(spec map[string]any, a Adoption) {
+	adopt := map[string]any{"from": string(ferryv1alpha1.AdoptFromAPISyncAgent), "agentName": a.AgentName}
+	if a.StateNamespace != "" {
+		adopt["stateNamespace"] = a.StateNamespace
+	}
+	spec["adopt"] = adopt
+	r.Changes = append(r.Changes, Change{Path: "spec.adopt", Kind: Changed,
+		Message: fmt.Sprintf("added: take over api-syncagent's copies (agent %q) in place", a.AgentName)})
+	n, _ := spec["naming"].(map[string]any)
+	if n == nil {
+		n = map[string]any{}
+		spec["naming"] = n
+	}
+	if v, _ := n["allowExistingNamespaces"].(bool); !v {
+		n["allowExistingNamespaces"] = true
+		r.Changes = append(r.Changes, Change{Path: "spec.naming.allowExistingNamespaces", Kind: Changed,
+			Message: "added: the copies stay in the namespaces api-syncagent created, which are not ferry's"})
 	}
 }
 

@@ -143,3 +143,42 @@ func TestConvert(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoption: with an Adoption, api-syncagent's PublishedResources take
+// over its copies (spec.adopt, and its namespaces allowed); the servlet's
+// are left as they are (the servlet's copies carry no labels to prove them).
+func TestAdoption(t *testing.T) {
+	c := converter(t)
+	c.Adopt(Adoption{AgentName: "old", StateNamespace: "state"})
+	for _, tc := range []struct {
+		doc       string
+		wantAdopt bool
+	}{
+		{doc: "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, naming: {namespace: kube-system}}", wantAdopt: true},
+		{doc: "apiVersion: services.kdp.k8c.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}}"},
+	} {
+		var doc map[string]any
+		if err := yaml.Unmarshal([]byte(tc.doc), &doc); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Convert(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := r.Object["spec"].(map[string]any)
+		adopt, ok := spec["adopt"].(map[string]any)
+		if ok != tc.wantAdopt {
+			t.Fatalf("%s: spec.adopt %v, want set %v", r.From, spec["adopt"], tc.wantAdopt)
+		}
+		if !ok {
+			continue
+		}
+		if adopt["from"] != "APISyncAgent" || adopt["agentName"] != "old" || adopt["stateNamespace"] != "state" {
+			t.Errorf("spec.adopt = %v", adopt)
+		}
+		n := spec["naming"].(map[string]any)
+		if n["allowExistingNamespaces"] != true || n["namespace"] != "kube-system" {
+			t.Errorf("spec.naming = %v, want the rule kept and existing namespaces allowed", n)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"testing"
 
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
@@ -210,10 +213,16 @@ func TestMigrateFromAPISyncAgent(t *testing.T) {
 	ctx := context.Background()
 	stateNS := "sa-state-migrate-e2e"
 	const agent = "old-sync-agent"
+	// api-syncagent's PublishedResource, converted by ferry-edge migrate
+	// (golden), is what ferry publishes: it adopts the copies (spec.adopt)
+	// where api-syncagent put them (naming.allowExistingNamespaces).
+	migrated := migrateWithBinary(t, "testdata/migrate/silos.syncagent.yaml", "testdata/migrate/silos.golden",
+		"--adopt-agent-name", agent, "--adopt-state-namespace", stateNS)
 	e := newSyncEnv(t, "migrate.example.com", "Silo", "silos", func(s *ferryv1alpha1.PublishedResourceSpec) {
-		s.Adopt = &ferryv1alpha1.AdoptSpec{From: ferryv1alpha1.AdoptFromAPISyncAgent, AgentName: agent, StateNamespace: stateNS}
-		// api-syncagent's namespaces are not ferry's.
-		s.Naming = &ferryv1alpha1.ResourceNaming{AllowExistingNamespaces: true}
+		*s = migrated.Spec
+		if s.Adopt == nil || s.Adopt.AgentName != agent || s.Naming == nil || !s.Naming.AllowExistingNamespaces {
+			t.Fatalf("the migrated PublishedResource does not adopt api-syncagent's copies: %+v", s)
+		}
 	})
 	kube := e.serviceKube(t)
 	createNamespace(t, kube, stateNS)
@@ -323,4 +332,34 @@ func TestMigrateFromAPISyncAgent(t *testing.T) {
 			t.Errorf("the adopted copy of %s outlived its kcp object: %v", name, err)
 		}
 	}
+}
+
+// migrateWithBinary runs `ferry-edge migrate -f input args...`, compares its
+// output with the golden file (FERRY_UPDATE_GOLDEN=1 rewrites it) and
+// returns the one PublishedResource it wrote.
+func migrateWithBinary(t *testing.T, input, golden string, args ...string) *ferryv1alpha1.PublishedResource {
+	t.Helper()
+	cmd := exec.Command(env.bins.Edge, append([]string{"migrate", "-f", input}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ferry-edge migrate: %v\n%s", err, stderr.String())
+	}
+	if os.Getenv("FERRY_UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile(golden, stdout.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (FERRY_UPDATE_GOLDEN=1 writes it)", err)
+	}
+	if !bytes.Equal(want, stdout.Bytes()) {
+		t.Fatalf("ferry-edge migrate output differs from %s:\n%s", golden, stdout.String())
+	}
+	var pr ferryv1alpha1.PublishedResource
+	if err := yaml.UnmarshalStrict(stdout.Bytes(), &pr); err != nil {
+		t.Fatalf("the output is not one PublishedResource: %v", err)
+	}
+	return &pr
 }

@@ -23,7 +23,7 @@ import (
 )
 
 // migrateUsage documents `ferry-edge migrate`.
-const migrateUsage = `Usage: ferry-edge migrate [-f FILE|DIR|-]... [--kubeconfig FILE] [-o FILE] [--check]
+const migrateUsage = `Usage: ferry-edge migrate [-f FILE|DIR|-]... [--kubeconfig FILE] [-o FILE] [--check] [--adopt-agent-name NAME [--adopt-state-namespace NS]]
 
 Converts PublishedResources of api-syncagent (syncagent.kcp.io/v1alpha1) or
 of the KDP servlet (services.kdp.k8c.io/v1alpha1) into ferry's
@@ -34,7 +34,9 @@ cluster --kubeconfig points at. Writes ferry's PublishedResources (to -o or
 stdout), each preceded by comments listing what changed; the same list goes
 to stderr. Fields ferry cannot honour are dropped and marked "lossy" with
 what to write instead. With --check nothing is written and the exit status
-is 1 when anything is lossy.
+is 1 when anything is lossy. With --adopt-agent-name, api-syncagent's
+PublishedResources also get spec.adopt, so ferry takes over the copies that
+api-syncagent made in place (README: migrating from api-syncagent).
 `
 
 // runMigrate implements `ferry-edge migrate`.
@@ -46,6 +48,8 @@ func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	kubeconfig := fs.String("kubeconfig", "", "Read from this cluster when no -f is given (default: $KUBECONFIG, then in-cluster).")
 	output := fs.StringP("output", "o", "", "Write ferry's PublishedResources to this file instead of stdout.")
 	check := fs.Bool("check", false, "Write nothing; exit 1 when anything cannot be carried over.")
+	adoptAgent := fs.String("adopt-agent-name", "", "Make api-syncagent's PublishedResources adopt the copies of the api-syncagent with this --agent-name in place (spec.adopt).")
+	adoptState := fs.String("adopt-state-namespace", "", "With --adopt-agent-name: the namespace of api-syncagent's state Secrets, deleted once their objects are adopted.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -54,6 +58,9 @@ func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (files are given with -f)", fs.Args())
+	}
+	if *adoptState != "" && *adoptAgent == "" {
+		return errors.New("--adopt-state-namespace needs --adopt-agent-name")
 	}
 	if *check && *output != "" {
 		return errors.New("--check writes nothing; drop -o")
@@ -72,6 +79,9 @@ func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	conv, err := migrate.NewConverter(&def)
 	if err != nil {
 		return err
+	}
+	if *adoptAgent != "" {
+		conv.Adopt(migrate.Adoption{AgentName: *adoptAgent, StateNamespace: *adoptState})
 	}
 	var results []migrate.Result
 	var errs []error
