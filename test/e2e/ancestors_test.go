@@ -50,6 +50,10 @@ func TestAncestorDocumentsAcceptedAsWritten(t *testing.T) {
 		{file: "syncagent-filter.yaml", slug: "ancsafilter", namespace: "my-app", labels: []string{"foo=bar"}},
 		{file: "syncagent-projection.yaml", slug: "ancsaproj", refused: "kcp serves only lowercase resource names: write sertifikater"},
 		{file: "syncagent-naming.yaml", slug: "ancsanaming", namespace: "default"},
+		{file: "syncagent-related-reference.yaml", slug: "ancsarelref", namespace: "default"},
+		{file: "syncagent-related-selector.yaml", slug: "ancsarelsel", refused: "rewrite sets exactly one of regex (pattern and replacement) and template"},
+		{file: "syncagent-related-selector-regex.yaml", slug: "ancsarelselre", namespace: "default"},
+		{file: "syncagent-related-owned.yaml", slug: "ancsarelowned", refused: "projection.apiGroup is not supported: ferry serves every published resource in the API group of the APIExport"},
 	}
 	ctx := context.Background()
 	p := newPubEnv(t)
