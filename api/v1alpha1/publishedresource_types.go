@@ -15,6 +15,7 @@ import (
 // +kubebuilder:printcolumn:name="Copies",type=integer,JSONPath=`.status.objects.synced`,description="Local copies of kcp objects in the service cluster"
 // +kubebuilder:printcolumn:name="Failing",type=integer,JSONPath=`.status.objects.failing`,description="kcp objects the edge refuses (SyncFailed Events on them in kcp)"
 // +kubebuilder:printcolumn:name="Conflicts",type=integer,JSONPath=`.status.objects.conflicting`,description="kcp objects whose local name another object holds"
+// +kubebuilder:printcolumn:name="Virtual-Workspace",type=string,JSONPath=`.status.conditions[?(@.type=="VirtualWorkspaceReady")].status`,priority=1,description="Whether the broker watches the APIExport's virtual workspace"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.servedResource) || oldSelf.status.servedResource == '' || (has(self.spec.projection) && has(self.spec.projection.kind) ? self.spec.projection.kind : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.kind) ? oldSelf.spec.projection.kind : '') && (has(self.spec.projection) && has(self.spec.projection.plural) ? self.spec.projection.plural : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.plural) ? oldSelf.spec.projection.plural : '') && (has(self.spec.projection) && has(self.spec.projection.scope) ? self.spec.projection.scope : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.scope) ? oldSelf.spec.projection.scope : '') && (has(self.spec.projection) && has(self.spec.projection.version) ? self.spec.projection.version : '') == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.version) ? oldSelf.spec.projection.version : '') && (has(self.spec.projection) && has(self.spec.projection.versions) ? self.spec.projection.versions : {}) == (has(oldSelf.spec.projection) && has(oldSelf.spec.projection.versions) ? oldSelf.spec.projection.versions : {})",messageExpression="'spec.projection (kind, plural, scope, version, versions) cannot change once published (served as ' + oldSelf.status.servedResource + '): its objects in kcp and their local copies belong to that resource. To serve the CRD as another resource, delete this PublishedResource with deletionPolicy Orphan to keep the copies, then create a new one (README: changing a projection)'",fieldPath=".spec.projection",reason=FieldValueForbidden
 
@@ -506,6 +507,19 @@ type ObjectCounts struct {
 const (
 	// ConditionPublished is True once the schema is part of the APIExport.
 	ConditionPublished = "Published"
+	// ConditionVirtualWorkspaceReady is True while the broker watches the
+	// APIExport's virtual workspace at every endpoint (kcp shard), so kcp
+	// objects of the resource reach the edge from every bound workspace;
+	// False while kcp lists no virtual workspace yet (no workspace binds the
+	// APIExport: ReasonWaitingForBinding) or some endpoint cannot be reached
+	// (ReasonEndpointsUnreachable); Unknown until the broker reported.
+	ConditionVirtualWorkspaceReady = "VirtualWorkspaceReady"
+
+	ReasonVirtualWorkspaceReady = "Watching"
+	ReasonWaitingForBinding     = "WaitingForBinding"
+	ReasonEndpointsUnreachable  = "EndpointsUnreachable"
+	ReasonExportStatusUnknown   = "ExportStatusUnknown"
+
 	// ConditionSynced is True while the edge watches the resource's local
 	// copies, False (LocalWatchFailed) while it cannot list them, e.g. for
 	// lack of RBAC; its objects' intents are answered NOT_READY meanwhile.

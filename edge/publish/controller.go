@@ -591,6 +591,11 @@ func (r *Reconciler) setStatus(ctx context.Context, pr *ferryv1alpha1.PublishedR
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
 		Type: ferryv1alpha1.ConditionPublished, Status: status, Reason: reason, Message: message, ObservedGeneration: pr.Generation,
 	})
+	var export *ferryv1.ExportStatus
+	if r.Store != nil {
+		export = r.Store.Status(pr.Name).Export
+	}
+	meta.SetStatusCondition(&updated.Status.Conditions, virtualWorkspaceCondition(export, pr.Generation))
 	if res != nil {
 		gvr := res.GetServedResource()
 		updated.Status.ResourceSchemaName = res.GetResourceSchemaName()
@@ -620,11 +625,31 @@ func (r *Reconciler) setStatus(ctx context.Context, pr *ferryv1alpha1.PublishedR
 	return nil
 }
 
+// virtualWorkspaceCondition is the VirtualWorkspaceReady condition the
+// broker's latest report on the APIExport (nil: none yet) calls for.
+func virtualWorkspaceCondition(export *ferryv1.ExportStatus, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: ferryv1alpha1.ConditionVirtualWorkspaceReady, ObservedGeneration: generation}
+	switch {
+	case export == nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ferryv1alpha1.ReasonExportStatusUnknown, "the broker has not reported the APIExport's state yet"
+	case !export.GetVirtualWorkspaceReady():
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ferryv1alpha1.ReasonWaitingForBinding, "waiting for "+export.GetWaitingFor()
+	case export.GetWaitingFor() != "":
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ferryv1alpha1.ReasonEndpointsUnreachable, "waiting for "+export.GetWaitingFor()
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, ferryv1alpha1.ReasonVirtualWorkspaceReady
+		c.Message = fmt.Sprintf("the broker watches the APIExport's virtual workspace at %d endpoint(s): objects of every bound workspace reach the edge", max(1, len(export.GetEndpoints())))
+	}
+	return c
+}
+
 // ownStatus is the part of a status this reconciler writes: all but the
 // conditions other writers own (Synced, by the sync engine).
 func ownStatus(st ferryv1alpha1.PublishedResourceStatus) ferryv1alpha1.PublishedResourceStatus {
 	out := *st.DeepCopy()
-	out.Conditions = slices.DeleteFunc(out.Conditions, func(c metav1.Condition) bool { return c.Type != ferryv1alpha1.ConditionPublished })
+	out.Conditions = slices.DeleteFunc(out.Conditions, func(c metav1.Condition) bool {
+		return c.Type != ferryv1alpha1.ConditionPublished && c.Type != ferryv1alpha1.ConditionVirtualWorkspaceReady
+	})
 	return out
 }
 

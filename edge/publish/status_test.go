@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 )
 
@@ -61,5 +63,31 @@ func TestStatusIsWrittenOverAStaleCache(t *testing.T) {
 	}
 	if got := meta.FindStatusCondition(fresh.Status.Conditions, ferryv1alpha1.ConditionPublished); got.Reason != ferryv1alpha1.ReasonPublished {
 		t.Fatalf("the answer was not written after the retry: Published reason %s", got.Reason)
+	}
+}
+
+func TestVirtualWorkspaceCondition(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		export     *ferryv1.ExportStatus
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantText   string
+	}{
+		{name: "no report yet", wantStatus: metav1.ConditionUnknown, wantReason: ferryv1alpha1.ReasonExportStatusUnknown, wantText: "not reported"},
+		{name: "not bound anywhere", export: &ferryv1.ExportStatus{WaitingFor: "APIExportEndpointSlice root:p/e to list a virtual workspace URL"},
+			wantStatus: metav1.ConditionFalse, wantReason: ferryv1alpha1.ReasonWaitingForBinding, wantText: "waiting for APIExportEndpointSlice"},
+		{name: "a shard unreachable", export: &ferryv1.ExportStatus{VirtualWorkspaceReady: true, WaitingFor: "virtual workspace endpoints the broker cannot reach"},
+			wantStatus: metav1.ConditionFalse, wantReason: ferryv1alpha1.ReasonEndpointsUnreachable, wantText: "cannot reach"},
+		{name: "watched", export: &ferryv1.ExportStatus{VirtualWorkspaceReady: true, Endpoints: []*ferryv1.VirtualWorkspaceEndpoint{{Url: "a"}, {Url: "b"}}},
+			wantStatus: metav1.ConditionTrue, wantReason: ferryv1alpha1.ReasonVirtualWorkspaceReady, wantText: "at 2 endpoint(s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := virtualWorkspaceCondition(tc.export, 3)
+			if c.Type != ferryv1alpha1.ConditionVirtualWorkspaceReady || c.Status != tc.wantStatus || c.Reason != tc.wantReason ||
+				!strings.Contains(c.Message, tc.wantText) || c.ObservedGeneration != 3 {
+				t.Fatalf("condition %+v, want %s/%s saying %q", c, tc.wantStatus, tc.wantReason, tc.wantText)
+			}
+		})
 	}
 }

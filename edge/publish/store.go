@@ -122,6 +122,9 @@ type Status struct {
 	Connected bool
 	// ExportName is the APIExport's name (the API group in kcp), once known.
 	ExportName string
+	// Export is the broker's latest report on the APIExport (its virtual
+	// workspace), nil before the first.
+	Export *ferryv1.ExportStatus
 	// ExportWorkspace is the APIExport's workspace path, once known.
 	ExportWorkspace string
 	// BrokerAddress is where the edge connects to.
@@ -136,6 +139,7 @@ func (s *Store) Status(name string) Status {
 		Result:          s.results[name],
 		Connected:       s.connected,
 		ExportName:      s.export.GetExport().GetName(),
+		Export:          s.export,
 		ExportWorkspace: s.export.GetExport().GetWorkspacePath(),
 		BrokerAddress:   s.brokerAddress,
 	}
@@ -272,7 +276,13 @@ func (s *Store) Handle(msg *ferryv1.ConnectResponse) error {
 	case *ferryv1.ConnectResponse_ExportStatus:
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		changed := !proto.Equal(s.export, m.ExportStatus)
 		s.export = m.ExportStatus
+		if changed {
+			// Every PublishedResource's VirtualWorkspaceReady condition
+			// follows the export's state.
+			s.requeue(s.namesLocked()...)
+		}
 		return nil
 	default:
 		return fmt.Errorf("protocol error: the publish store does not handle %T", m)

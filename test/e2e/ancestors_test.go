@@ -103,6 +103,8 @@ func TestAncestorDocumentsAcceptedAsWritten(t *testing.T) {
 	for _, e := range accepted {
 		e.useConsumer(t, consumer)
 	}
+	// Bound: the broker watches the virtual workspace, and says so.
+	p.waitPRCondition(t, crds[acceptedEx[0].file].Spec.Names.Plural, ferryv1alpha1.ConditionVirtualWorkspaceReady, metav1.ConditionTrue, ferryv1alpha1.ReasonVirtualWorkspaceReady)
 	if _, err := accepted[0].consumerKube(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "my-app"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

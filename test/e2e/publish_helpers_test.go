@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 	"google.golang.org/grpc"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
@@ -202,3 +205,30 @@ func testCRD(group, kind, plural string, scope apiextensionsv1.ResourceScope, ve
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// waitPRCondition waits until PublishedResource name's condition of type
+// condType has status and reason, and returns its message.
+func (e *pubEnv) waitPRCondition(t testing.TB, name, condType string, status metav1.ConditionStatus, reason string) string {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(e.serviceCluster().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	waitFor(t, fmt.Sprintf("PublishedResource %s condition %s %s/%s", name, condType, status, reason), func(ctx context.Context) (bool, string) {
+		u, err := dyn.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == condType {
+				msg, _ = m["message"].(string)
+				return m["status"] == string(status) && m["reason"] == reason, fmt.Sprintf("%s %s: %s", m["status"], m["reason"], msg)
+			}
+		}
+		return false, "no such condition"
+	})
+	return msg
+}

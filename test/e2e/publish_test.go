@@ -34,6 +34,10 @@ func TestPublishProjectsCRDIntoAPIExport(t *testing.T) {
 	}
 	e.publish(t, "widgets", spec)
 	pr := e.waitCondition(t, "widgets", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
+	// No workspace binds the export yet: kcp lists no virtual workspace.
+	if msg := e.waitPRCondition(t, "widgets", ferryv1alpha1.ConditionVirtualWorkspaceReady, metav1.ConditionFalse, ferryv1alpha1.ReasonWaitingForBinding); !strings.Contains(msg, "once the APIExport is bound") {
+		t.Errorf("VirtualWorkspaceReady message %q does not say what it waits for", msg)
+	}
 
 	schemas := e.schemas(t, "gadgets")
 	if len(schemas) != 1 {
