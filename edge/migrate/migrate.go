@@ -21,6 +21,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
+	"github.com/ferry-dev/ferry/pkg/objects"
 )
 
 // Source API versions of PublishedResources ferry migrates from.
@@ -189,7 +190,7 @@ func (r *Result) metadata(meta map[string]any) map[string]any {
 // spec applies the rules for what ferry cannot honour, then drops every
 // field ferry's schema does not have.
 func (r *Result) spec(spec map[string]any, schema apiextensionsv1.JSONSchemaProps) map[string]any {
-	spec = deepCopy(spec).(map[string]any)
+	spec = objects.DeepCopyValue(spec).(map[string]any)
 	if p, ok := spec["projection"].(map[string]any); ok {
 		for _, k := range []string{"group", "apiGroup"} {
 			if _, set := p[k]; set {
@@ -310,25 +311,6 @@ func (r *Result) prune(path string, v any, s *apiextensionsv1.JSONSchemaProps) {
 		for i, e := range val {
 			r.prune(fmt.Sprintf("%s[%d]", path, i), e, s.Items.Schema)
 		}
-	}
-}
-
-func deepCopy(v any) any {
-	switch val := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(val))
-		for k, e := range val {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(val))
-		for i, e := range val {
-			out[i] = deepCopy(e)
-		}
-		return out
-	default:
-		return v
 	}
 }
 

@@ -32,27 +32,13 @@ func syncAgentMarks(u *unstructured.Unstructured, agent string, r naming.Remote)
 	u.SetAnnotations(ann)
 }
 
-// conflictsWritten returns status.objects.conflicting of the last status write of
-// PublishedResource pr, and whether there was one.
+// conflictsWritten returns status.objects.conflicting of the last status
+// write of the PublishedResource, and whether there was one.
 func conflictsWritten(t *testing.T, e *Engine) (int64, bool) {
 	t.Helper()
-	var n int64
-	found := false
-	for _, a := range e.opts.Dynamic.(*dynamicfake.FakeDynamicClient).Actions() {
-		p, ok := a.(k8stesting.PatchAction)
-		if !ok || a.GetResource().Resource != "publishedresources" {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := json.Unmarshal(p.GetPatch(), &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "objects", "conflicting")
-		f, _ := v.(float64) // encoding/json's number
-		n = int64(f)
-		found = true
-	}
-	return n, found
+	_, objects, written := lastStatusWrite(t, e)
+	f, _ := objects["conflicting"].(float64) // encoding/json's number
+	return int64(f), written
 }
 
 // events returns the Events recorded in the typed client.

@@ -15,8 +15,9 @@ import (
 )
 
 // lastStatusWrite returns the last status the engine applied to the
-// PublishedResource: its Synced condition message and status.objects.
-func lastStatusWrite(t *testing.T, e *Engine) (message string, objects map[string]any) {
+// PublishedResource: its Synced condition message and status.objects, and
+// whether there was one.
+func lastStatusWrite(t *testing.T, e *Engine) (message string, objects map[string]any, written bool) {
 	t.Helper()
 	for _, a := range e.opts.Dynamic.(*dynamicfake.FakeDynamicClient).Actions() {
 		p, ok := a.(k8stesting.PatchAction)
@@ -32,8 +33,9 @@ func lastStatusWrite(t *testing.T, e *Engine) (message string, objects map[strin
 			message, _ = conds[0].(map[string]any)["message"].(string)
 		}
 		objects, _, _ = unstructured.NestedMap(u.Object, "status", "objects")
+		written = true
 	}
-	return message, objects
+	return message, objects, written
 }
 
 // TestRefusalsAreCountedOnThePublishedResource: a final refusal other than
@@ -74,7 +76,7 @@ func TestRefusalsAreCountedOnThePublishedResource(t *testing.T) {
 		if final := res.GetError() != nil && !res.GetError().GetRetryable(); final != s.wantFinal {
 			t.Fatalf("%s: answer %v, want final refusal %v", s.name, res, s.wantFinal)
 		}
-		msg, objects := lastStatusWrite(t, e)
+		msg, objects, _ := lastStatusWrite(t, e)
 		for _, w := range s.wantMessage {
 			if !strings.Contains(msg, w) {
 				t.Errorf("%s: Synced condition %q lacks %q", s.name, msg, w)

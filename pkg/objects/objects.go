@@ -44,7 +44,7 @@ func DesiredState(obj *unstructured.Unstructured) *unstructured.Unstructured {
 		if k == "metadata" || k == "status" {
 			continue
 		}
-		out.Object[k] = deepCopy(v)
+		out.Object[k] = DeepCopyValue(v)
 	}
 	out.SetName(obj.GetName())
 	out.SetNamespace(obj.GetNamespace())
@@ -71,20 +71,21 @@ func filterKeys(m map[string]string) map[string]string {
 	return out
 }
 
-// deepCopy copies maps and slices of a JSON-like value; unlike
-// runtime.DeepCopyJSONValue it never panics on an unexpected scalar type.
-func deepCopy(v any) any {
+// DeepCopyValue copies maps and slices of a JSON-like value, so the result
+// shares nothing with v; unlike runtime.DeepCopyJSONValue it never panics
+// on an unexpected scalar type.
+func DeepCopyValue(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, e := range t {
-			out[k] = deepCopy(e)
+			out[k] = DeepCopyValue(e)
 		}
 		return out
 	case []any:
 		out := make([]any, len(t))
 		for i := range t {
-			out[i] = deepCopy(t[i])
+			out[i] = DeepCopyValue(t[i])
 		}
 		return out
 	default:

@@ -11,6 +11,7 @@ import (
 	"sort"
 
 	"github.com/ferry-dev/ferry/pkg/fieldpath"
+	"github.com/ferry-dev/ferry/pkg/objects"
 )
 
 // Merge decides, field by field, what the writer of desired should apply to
@@ -60,10 +61,10 @@ func merge(at fieldpath.Path, last, desired, current, out map[string]any, remove
 			// Not changed by the desired side: the live value stands,
 			// including its absence.
 			if inCurrent {
-				out[k] = deepCopy(c)
+				out[k] = objects.DeepCopyValue(c)
 			}
 		default:
-			out[k] = deepCopy(d)
+			out[k] = objects.DeepCopyValue(d)
 		}
 	}
 	for k := range last {
@@ -74,26 +75,5 @@ func merge(at fieldpath.Path, last, desired, current, out map[string]any, remove
 		if _, inCurrent := current[k]; inCurrent {
 			*removed = append(*removed, append(at[:len(at):len(at)], k))
 		}
-	}
-}
-
-// deepCopy copies a JSON-like value so the result shares nothing with the
-// inputs.
-func deepCopy(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = deepCopy(e)
-		}
-		return out
-	default:
-		return v
 	}
 }
