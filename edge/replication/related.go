@@ -160,6 +160,25 @@ func (e *Engine) reportRelatedLocked(w *localWatch, obj any) {
 	}
 }
 
+// reportLocateError sets report's state for err, the error locating a
+// related object on the local primary: FORBIDDEN (a place the edge does not
+// read or write) or unresolved. It tells whether there was an error.
+func reportLocateError(report *ferryv1.RelatedObjectReport, primary *unstructured.Unstructured, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, errForbidden):
+		report.State = &ferryv1.RelatedObjectReport_Error{Error: &ferryv1.ApplyError{
+			Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, Message: err.Error(),
+		}}
+	default:
+		report.State = &ferryv1.RelatedObjectReport_Unresolved{Unresolved: &ferryv1.RelatedObjectUnresolved{
+			Message: fmt.Sprintf("on the service cluster's copy %s: %v", nsName(primary.GetNamespace(), primary.GetName()), err),
+		}}
+	}
+	return true
+}
+
 // reportRelatedRefLocked sends what ref finds for primary when it differs
 // from the last report.
 func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Unstructured, ref *Related) {
@@ -186,16 +205,11 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		_, err = e.mayRelateLocked(remote.ClusterName, primary.GetNamespace(), ns, ref)
 	}
 	switch {
-	case errors.Is(err, errForbidden):
-		// Never read: the consumer wrote the reference.
-		report.LocalNamespace, report.LocalName = ns, name
-		report.State = &ferryv1.RelatedObjectReport_Error{Error: &ferryv1.ApplyError{
-			Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, Message: err.Error(),
-		}}
-	case err != nil:
-		report.State = &ferryv1.RelatedObjectReport_Unresolved{Unresolved: &ferryv1.RelatedObjectUnresolved{
-			Message: fmt.Sprintf("on the service cluster's copy %s: %v", nsName(primary.GetNamespace(), primary.GetName()), err),
-		}}
+	case reportLocateError(report, primary, err):
+		if errors.Is(err, errForbidden) {
+			// Never read: the consumer wrote the reference.
+			report.LocalNamespace, report.LocalName = ns, name
+		}
 	default:
 		if !rw.readyIn(ns) {
 			// Reported once the namespace's cache has listed.

@@ -43,16 +43,11 @@ func (e *Engine) reportSelectedLocked(primary *unstructured.Unstructured, ref *R
 	at := ""
 	var members []string
 	switch {
-	case errors.Is(err, errForbidden):
-		// Never read: the consumer wrote what the namespace is located by.
-		report.LocalNamespace = ns
-		report.State = &ferryv1.RelatedObjectReport_Error{Error: &ferryv1.ApplyError{
-			Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, Message: err.Error(),
-		}}
-	case err != nil:
-		report.State = &ferryv1.RelatedObjectReport_Unresolved{Unresolved: &ferryv1.RelatedObjectUnresolved{
-			Message: fmt.Sprintf("on the service cluster's copy %s: %v", nsName(primary.GetNamespace(), primary.GetName()), err),
-		}}
+	case reportLocateError(report, primary, err):
+		if errors.Is(err, errForbidden) {
+			// Never read: the consumer wrote what the namespace is located by.
+			report.LocalNamespace = ns
+		}
 	default:
 		if !rw.readyIn(ns) {
 			e.waitForSpaceLocked(rw, ns, rk)
