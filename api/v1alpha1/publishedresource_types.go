@@ -501,6 +501,12 @@ type ObjectCounts struct {
 	// object that is not their copy holds their local name
 	// (spec.conflictPolicy Fail, or an object Adopt may not take).
 	Conflicting int32 `json:"conflicting"`
+	// RelatedFailing is how many related objects the edge refuses: a
+	// kcp-origin one it refuses for good (a place it may not write, the
+	// service cluster refusing it), a service-origin one in a place it may
+	// not read or shared by several primaries. A Related* Event on the
+	// primary in kcp says which and why.
+	RelatedFailing int32 `json:"relatedFailing"`
 }
 
 // Condition types and reasons of a PublishedResource.

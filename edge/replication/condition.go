@@ -22,8 +22,8 @@ type syncedCondition struct {
 	status  metav1.ConditionStatus
 	reason  string
 	message string
-	// copies, failing and conflicting are status.objects.
-	copies, failing, conflicting int
+	// copies, failing, conflicting and relatedFailing are status.objects.
+	copies, failing, conflicting, relatedFailing int
 }
 
 // copiesStatusDelay batches the status writes that only a changed number of
@@ -58,11 +58,18 @@ func syncedConditionLocked(w *localWatch, refused refusalCounts) syncedCondition
 	default:
 		msg += fmt.Sprintf("; %d objects fail to sync (see the SyncFailed Events on the kcp objects)", n)
 	}
-	if refused.failing+refused.conflicting > 0 && refused.latest != "" {
+	switch n := refused.relatedFailing; n {
+	case 0:
+	case 1:
+		msg += "; 1 related object is refused (see the Related* Event on its primary in kcp)"
+	default:
+		msg += fmt.Sprintf("; %d related objects are refused (see the Related* Events on their primaries in kcp)", n)
+	}
+	if refused.failing+refused.conflicting+refused.relatedFailing > 0 && refused.latest != "" {
 		msg += "; latest: " + refused.latest
 	}
 	return syncedCondition{status: metav1.ConditionTrue, reason: ferryv1alpha1.ReasonWatching, message: msg,
-		copies: len(w.store.ListKeys()), failing: refused.failing, conflicting: refused.conflicting}
+		copies: len(w.store.ListKeys()), failing: refused.failing, conflicting: refused.conflicting, relatedFailing: refused.relatedFailing}
 }
 
 // writeSyncedCondition applies the Synced condition and status.objects of
@@ -87,14 +94,10 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 	if want.status == metav1.ConditionTrue {
 		// Counted only while the edge watches the copies: the last counts
 		// written stay meanwhile (this field manager keeps owning them).
-		status["objects"] = map[string]any{
-			"synced": int64(want.copies), "failing": int64(want.failing), "conflicting": int64(want.conflicting),
-		}
+		status["objects"] = want.objects()
 	} else if written != nil {
-		want.copies, want.failing, want.conflicting = written.copies, written.failing, written.conflicting
-		status["objects"] = map[string]any{
-			"synced": int64(want.copies), "failing": int64(want.failing), "conflicting": int64(want.conflicting),
-		}
+		want.copies, want.failing, want.conflicting, want.relatedFailing = written.copies, written.failing, written.conflicting, written.relatedFailing
+		status["objects"] = want.objects()
 	}
 	pr := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ferryv1alpha1.GroupVersion.String(), "kind": "PublishedResource",
@@ -114,6 +117,13 @@ func (e *Engine) writeSyncedCondition(ctx context.Context, name string) error {
 	return nil
 }
 
+// objects is status.objects as c counts them.
+func (c syncedCondition) objects() map[string]any {
+	return map[string]any{
+		"synced": int64(c.copies), "failing": int64(c.failing), "conflicting": int64(c.conflicting), "relatedFailing": int64(c.relatedFailing),
+	}
+}
+
 // copiesChanged queues the status of w's PublishedResource after a copy
 // appeared or left (batched, copiesStatusDelay).
 func (e *Engine) copiesChanged(w *localWatch) {
@@ -129,7 +139,23 @@ func conditionKey(name string) queueKey { return queueKey{condition: name} }
 // with res, the answer to in, and queues the PublishedResource's status
 // when they changed.
 func (e *Engine) countRefusal(in *ferryv1.SyncIntent, res *ferryv1.IntentResult) {
-	if in.GetRelatedTo() != nil {
+	if rt := in.GetRelatedTo(); rt != nil {
+		// A kcp-origin related object: routed by its primary's resource.
+		pub, w := e.forRemote(rt.GetPrimary().GetResource())
+		if w == nil {
+			return
+		}
+		rk := relKey{primary: keyFor(pub.Name, rt.GetPrimary()), id: rt.GetIdentifier()}
+		refused := refusalOf(res.GetError()) != refusalNone
+		if !refused && res.GetError() != nil && in.GetDelete() == nil {
+			return // retryable: neither refused nor cleared
+		}
+		e.mu.Lock()
+		changed := e.ledger.relatedAnswered(rk, refused, res.GetError().GetMessage())
+		e.mu.Unlock()
+		if changed {
+			e.queue.Add(conditionKey(pub.Name))
+		}
 		return
 	}
 	pub, w := e.forRemote(in.GetKey().GetResource())

@@ -103,7 +103,11 @@ const (
 // the message of the latest refusal (for its Synced condition).
 type refusalCounts struct {
 	conflicting, failing int
-	latest               string
+	// relatedFailing counts related objects refused (kcp-origin intents the
+	// edge refused for good, service-origin reports of a place it may not
+	// read or an object shared by several primaries).
+	relatedFailing int
+	latest         string
 }
 
 // ledger is the edge's per-object bookkeeping; see the top of this file.
@@ -115,10 +119,14 @@ type ledger struct {
 	pending map[queueKey]*ferryv1.SyncIntent
 	// refused counts the records with a refusal, per PublishedResource.
 	refused map[string]*refusalCounts
+	// relatedRefused holds the related objects refused (by primary and
+	// entry); only refused ones, so it stays as small as the refusals.
+	relatedRefused map[relKey]bool
 }
 
 func newLedger() *ledger {
-	return &ledger{records: map[ledgerKey]*objectRecord{}, pending: map[queueKey]*ferryv1.SyncIntent{}, refused: map[string]*refusalCounts{}}
+	return &ledger{records: map[ledgerKey]*objectRecord{}, pending: map[queueKey]*ferryv1.SyncIntent{}, refused: map[string]*refusalCounts{},
+		relatedRefused: map[relKey]bool{}}
 }
 
 // get returns k's record, or nil.
@@ -299,14 +307,48 @@ func (l *ledger) answered(k ledgerKey, kind refusalKind, message string, clears 
 		r.refusal = refusalNone
 		if c := l.refused[k.pr]; c != nil {
 			c.add(was, -1)
-			if c.conflicting <= 0 && c.failing <= 0 {
-				delete(l.refused, k.pr)
-			}
+			l.dropEmpty(k.pr)
 		}
 		l.tidy(k)
 		return true
 	}
 	return false
+}
+
+// relatedAnswered records whether the related object of rk is refused
+// (with message) and tells whether its PublishedResource's counts changed.
+func (l *ledger) relatedAnswered(rk relKey, refused bool, message string) bool {
+	was := l.relatedRefused[rk]
+	c := l.refused[rk.primary.pr]
+	switch {
+	case refused:
+		if c == nil {
+			c = &refusalCounts{}
+			l.refused[rk.primary.pr] = c
+		}
+		changed := !was || c.latest != message
+		c.latest = message
+		if !was {
+			l.relatedRefused[rk] = true
+			c.relatedFailing++
+		}
+		return changed
+	case was:
+		delete(l.relatedRefused, rk)
+		if c != nil {
+			c.relatedFailing--
+			l.dropEmpty(rk.primary.pr)
+		}
+		return true
+	}
+	return false
+}
+
+// dropEmpty forgets pr's counts when nothing is refused any more.
+func (l *ledger) dropEmpty(pr string) {
+	if c := l.refused[pr]; c != nil && c.conflicting <= 0 && c.failing <= 0 && c.relatedFailing <= 0 {
+		delete(l.refused, pr)
+	}
 }
 
 func (c *refusalCounts) add(kind refusalKind, n int) {
@@ -336,7 +378,17 @@ func (l *ledger) resetRefusals(pr string) {
 			l.tidy(k)
 		}
 	}
+	l.forgetRelatedOf(pr)
 	delete(l.refused, pr)
+}
+
+// forgetRelatedOf drops the related refusals of pr's objects.
+func (l *ledger) forgetRelatedOf(pr string) {
+	for rk := range l.relatedRefused {
+		if rk.primary.pr == pr {
+			delete(l.relatedRefused, rk)
+		}
+	}
 }
 
 // forget drops everything recorded of pr's copies: it is no longer synced
@@ -349,6 +401,7 @@ func (l *ledger) forget(pr string) {
 			delete(l.records, k)
 		}
 	}
+	l.forgetRelatedOf(pr)
 	delete(l.refused, pr)
 }
 

@@ -188,3 +188,47 @@ func TestLedgerPendingIntents(t *testing.T) {
 		t.Fatal("a pending intent outlived its stream")
 	}
 }
+
+// TestRelatedRefusalsAreCounted: a related object refused counts once per
+// primary and entry, and stops counting when answered otherwise or when its
+// PublishedResource is forgotten.
+func TestRelatedRefusalsAreCounted(t *testing.T) {
+	a := relKey{primary: ledgerKeyOf("pr", "a", "u-a"), id: "creds"}
+	b := relKey{primary: ledgerKeyOf("pr", "b", "u-b"), id: "creds"}
+	type step struct {
+		k       relKey
+		refused bool
+	}
+	for _, tc := range []struct {
+		name        string
+		steps       []step
+		forget      bool
+		wantChanged []bool
+		want        int
+	}{
+		{name: "refused", steps: []step{{a, true}}, wantChanged: []bool{true}, want: 1},
+		{name: "refused twice counts once", steps: []step{{a, true}, {a, true}}, wantChanged: []bool{true, false}, want: 1},
+		{name: "two primaries", steps: []step{{a, true}, {b, true}}, wantChanged: []bool{true, true}, want: 2},
+		{name: "then accepted", steps: []step{{a, true}, {a, false}}, wantChanged: []bool{true, true}, want: 0},
+		{name: "accepted, never refused", steps: []step{{a, false}}, wantChanged: []bool{false}, want: 0},
+		{name: "PublishedResource forgotten", steps: []step{{a, true}, {b, true}}, forget: true, wantChanged: []bool{true, true}, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLedger()
+			for i, s := range tc.steps {
+				if got := l.relatedAnswered(s.k, s.refused, "forbidden"); got != tc.wantChanged[i] {
+					t.Errorf("step %d: changed %v, want %v", i, got, tc.wantChanged[i])
+				}
+			}
+			if tc.forget {
+				l.forget("pr")
+			}
+			if got := l.refusals("pr").relatedFailing; got != tc.want {
+				t.Errorf("related refused %d, want %d", got, tc.want)
+			}
+			if tc.want == 0 && len(l.refused) != 0 {
+				t.Errorf("counts kept for nothing: %v", l.refused)
+			}
+		})
+	}
+}

@@ -260,6 +260,12 @@ func (e *Engine) sendRelatedLocked(rk relKey, report *ferryv1.RelatedObjectRepor
 		return
 	}
 	e.relSum[rk] = sum
+	// A service-origin related object the edge refuses (a place it may not
+	// read, an object several primaries share) counts on the
+	// PublishedResource; an unresolved reference is only not there yet.
+	if e.ledger.relatedAnswered(rk, report.GetError() != nil, report.GetError().GetMessage()) {
+		e.queue.Add(conditionKey(rk.primary.pr))
+	}
 	e.report(reportKey{kind: reportRelated, related: rk}, &ferryv1.ConnectRequest{Message: &ferryv1.ConnectRequest_RelatedObjectReport{RelatedObjectReport: report}})
 }
 
@@ -281,6 +287,9 @@ func (e *Engine) forgetRelatedLocked(w *localWatch, primary *unstructured.Unstru
 		prev := e.relRefs.At(rk)
 		e.relRefs.Point(rk, "")
 		delete(e.relSum, rk)
+		if e.ledger.relatedAnswered(rk, false, "") {
+			e.queue.Add(conditionKey(rk.primary.pr))
+		}
 		e.rereportLocked(prev, rk) // a conflict may be over
 		for _, k := range e.setMembersLocked(rk, nil) {
 			e.rereportLocked(k, rk)

@@ -206,6 +206,11 @@ func TestRelatedNamespaceThatDoesNotExistYet(t *testing.T) {
 					strings.Contains(got.GetMessage(), "exists and was not created") {
 					t.Fatalf("answer %v, want FORBIDDEN saying %q (and not that it exists)", got, tc.wantRefusal)
 				}
+				// Counted on the PublishedResource.
+				msg, objects, _ := lastStatusWrite(t, e)
+				if n, _ := objects["relatedFailing"].(float64); n != 1 || !strings.Contains(msg, "1 related object is refused") {
+					t.Fatalf("status.objects %v, Synced %q: want the related refusal counted", objects, msg)
+				}
 				return
 			}
 			if got.GetReason() == ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN {
