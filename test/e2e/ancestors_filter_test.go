@@ -21,7 +21,7 @@ import (
 // selector (a number) is refused on the condition with what to write.
 func TestSyncNamespaceFilterByName(t *testing.T) {
 	ctx := context.Background()
-	e := newSyncEnv(t, "nsbyname.example.com", "Ledger", "ledgers", func(s *ferryv1alpha1.PublishedResourceSpec) {
+	e := newSyncEnv(t, "nsbyname.example.com", "Logbook", "logbooks", func(s *ferryv1alpha1.PublishedResourceSpec) {
 		s.Filter = &ferryv1alpha1.ResourceFilter{Namespace: &ferryv1alpha1.NamespaceFilter{Name: "my-app"}}
 	})
 	// Stored as the seeds write it: a string.
@@ -29,7 +29,7 @@ func TestSyncNamespaceFilterByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := dyn.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).Get(ctx, "ledgers", metav1.GetOptions{})
+	pr, err := dyn.Resource(ferryv1alpha1.GroupVersion.WithResource("publishedresources")).Get(ctx, "logbooks", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

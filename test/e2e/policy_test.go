@@ -214,7 +214,7 @@ func (e *syncEnv) createRemoteAnnotated(t testing.TB, name, policy string) {
 func TestConsumerDeletionPolicy(t *testing.T) {
 	ctx := context.Background()
 	envs := newSyncEnvs(t, "cdp",
-		publication{crd: testCRD("consumerdeletion.example.com", "Vault", "vaults", apiextensionsv1.NamespaceScoped, "v1"),
+		publication{crd: testCRD("consumerdeletion.example.com", "Reliquary", "reliquaries", apiextensionsv1.NamespaceScoped, "v1"),
 			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
 				s.ConsumerDeletionPolicy = ferryv1alpha1.ConsumerDeletionAllow
 			}},
