@@ -361,7 +361,7 @@ func TestPublishBadInputGetsConditions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prs.Create(ctx, both, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "exactly one of version and versions") {
+	if _, err := prs.Create(ctx, both, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "set at most one of version and versions") {
 		t.Errorf("version and versions together: want a rejection, got %v", err)
 	}
 }
