@@ -218,7 +218,7 @@ func TestConsumerDeletionPolicy(t *testing.T) {
 			spec: func(s *ferryv1alpha1.PublishedResourceSpec) {
 				s.ConsumerDeletionPolicy = ferryv1alpha1.ConsumerDeletionAllow
 			}},
-		publication{crd: testCRD("consumerdeletion.example.com", "Locker", "lockers", apiextensionsv1.NamespaceScoped, "v1")})
+		publication{crd: testCRD("consumerdeletion.example.com", "Cubby", "cubbies", apiextensionsv1.NamespaceScoped, "v1")})
 	allow, ignore := envs[0], envs[1]
 
 	// Allowed: the copy stays, unlabelled, annotated with its origin.
