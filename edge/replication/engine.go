@@ -650,6 +650,7 @@ func (e *Engine) apply(ctx context.Context, in *ferryv1.SyncIntent) *ferryv1.Int
 		return nack(in, classify(err), true, "%v", err)
 	}
 	if adopting != nil {
+		got = e.ownAdoptedFields(ctx, pub, got)
 		e.recordAdoption(ctx, pub, got, adopting, remote)
 	}
 	from := adoptedFrom(local.GetAnnotations())
