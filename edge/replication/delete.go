@@ -82,14 +82,18 @@ func (e *Engine) delete(ctx context.Context, in *ferryv1.SyncIntent, w *localWat
 	e.mu.Lock()
 	e.ledger.deleteIssued(k, in.GetVersion())
 	e.mu.Unlock()
-	if in.GetDelete().GetOrphan() {
-		return e.orphan(ctx, in, w, existing)
-	}
-	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid()); err != nil {
+	// An orphaned copy keeps the kcp-origin related copies it uses (a
+	// database its credentials Secret), released like those of cleanup:
+	// false; otherwise they go before it.
+	orphan := in.GetDelete().GetOrphan()
+	if err := e.deleteRelatedCopies(ctx, w.pub, in.GetKey().GetUid(), orphan); err != nil {
 		e.mu.Lock()
 		e.ledger.deleteFailed(k)
 		e.mu.Unlock()
 		return nack(in, classify(err), true, "%v", err)
+	}
+	if orphan {
+		return e.orphan(ctx, in, w, existing)
 	}
 	// The UID precondition: exactly the copy checked above, never an object
 	// created at its name since the cache saw it.

@@ -25,7 +25,8 @@ import (
 // deletion exactly as for a deleted copy, and the broker releases the
 // finalizer. ferry never finds it again: no watch, inventory or delete
 // selects it, and a new kcp object at its name meets a conflict. The
-// related copies ferry wrote next to it are left as they are.
+// kcp-origin related copies it uses are released before it
+// (deleteRelatedCopies), so they stay with it.
 
 // orphan strips ferry's labels and annotations from existing, k's copy
 // (marked deleting by the caller). One merge patch, guarded by the copy's

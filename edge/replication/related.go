@@ -457,8 +457,9 @@ func (e *Engine) deleteCopies(ctx context.Context, ref *Related, copies []any, k
 }
 
 // deleteRelatedCopies deletes the kcp-origin related copies of a primary
-// before the primary itself goes.
-func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primaryUID string) error {
+// before the primary itself goes; those of entries with cleanup: false, and
+// all of them when the primary is orphaned (keep), are released instead.
+func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primaryUID string, keep bool) error {
 	for i := range pub.Related {
 		ref := &pub.Related[i]
 		if ref.Origin != ferryv1alpha1.OriginKCP {
@@ -471,7 +472,7 @@ func (e *Engine) deleteRelatedCopies(ctx context.Context, pub *Published, primar
 			continue
 		}
 		copies := rw.owned(relatedOwnerKey(primaryUID, ref.Identifier))
-		if !ref.Cleanup {
+		if keep || !ref.Cleanup {
 			if err := e.releaseCopies(ctx, ref, copies); err != nil {
 				return err
 			}

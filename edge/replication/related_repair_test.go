@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/pkg/related"
@@ -109,7 +110,7 @@ func TestRelatedCleanupOnTheEdge(t *testing.T) {
 				e.mu.Unlock()
 				return rw != nil && len(rw.owned(relatedOwnerKey(uid, "creds"))) == 1, "the copy is not cached"
 			})
-			if err := e.deleteRelatedCopies(context.Background(), w.pub, uid); err != nil {
+			if err := e.deleteRelatedCopies(context.Background(), w.pub, uid, false); err != nil {
 				t.Fatal(err)
 			}
 			got, err := e.opts.Dynamic.Resource(secretsGVR).Namespace("local-ns").Get(context.Background(), "creds", metav1.GetOptions{})
@@ -127,6 +128,58 @@ func TestRelatedCleanupOnTheEdge(t *testing.T) {
 			}
 			if ann := got.GetAnnotations(); len(ann) != 1 || ann["note"] != "theirs" {
 				t.Errorf("annotations of the released copy: %v, want only note", ann)
+			}
+		})
+	}
+}
+
+// TestOrphanedPrimaryKeepsItsRelatedCopies: a primary copy orphaned (the
+// consumer's deletion policy Orphan) stays in the service cluster, and so do
+// the kcp-origin related copies it uses (a credentials Secret of a kept
+// database), released like those of cleanup: false: with ferry's labels
+// left on them, a later deletion of the related object in kcp would delete
+// the copy the orphan still uses.
+func TestOrphanedPrimaryKeepsItsRelatedCopies(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "creds", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
+		Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, orphan := range []bool{true, false} {
+		t.Run(map[bool]string{true: "orphan", false: "delete"}[orphan], func(t *testing.T) {
+			primary := primaryIn("c1", "local-ns", "a-copy", "creds")
+			secret := relatedSecret(primary, "creds")
+			e, _, sink := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}}}, primary, secret)
+			uid := primary.GetAnnotations()[naming.AnnotationUID]
+			waitFor(t, func() (bool, string) {
+				e.mu.Lock()
+				rw := e.relWatches[secretsGVR]
+				e.mu.Unlock()
+				return rw != nil && len(rw.owned(relatedOwnerKey(uid, "creds"))) == 1 && e.CopyOf("pr", "c1", "default", "app") != nil,
+					"the copies are not cached"
+			})
+			key := &ferryv1.ObjectKey{Cluster: "c1", Resource: &ferryv1.GroupVersionResource{Group: remoteGVR.Group, Version: "v1", Resource: "things"},
+				Namespace: "default", Name: "app", Uid: uid}
+			e.Handle(&ferryv1.SyncIntent{Key: key, Version: &ferryv1.ObjectVersion{Sequence: 1}, PublishedResource: "pr",
+				Operation: &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{Orphan: orphan}}})
+			runQueue(t, e)
+			if err := sink.msgs[len(sink.msgs)-1].GetIntentResult().GetError(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.opts.Dynamic.Resource(secretsGVR).Namespace("local-ns").Get(context.Background(), "creds", metav1.GetOptions{})
+			if !orphan {
+				if err == nil {
+					t.Fatal("the related copy outlived its deleted primary")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the related copy of an orphaned primary was deleted: %v", err)
+			}
+			for k := range got.GetLabels() {
+				t.Errorf("label %s left on the related copy of an orphaned primary", k)
 			}
 		})
 	}
