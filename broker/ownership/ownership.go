@@ -116,7 +116,9 @@ func (e *ElsewhereError) Error() string {
 	return fmt.Sprintf("APIExport %s is served by the broker replica at %s", e.Export, e.Owner)
 }
 
-// Held is this replica's ownership of one export.
+// Held is this replica's ownership of one export, from one acquisition of
+// its Lease to the loss or release; comparable (the same pointer while it
+// lasts).
 type Held struct {
 	c *candidate
 }
@@ -148,7 +150,7 @@ func (o *Owners) Claim(ctx context.Context, export config.APIExportRef, workspac
 		c.mu.Unlock()
 		switch {
 		case leading:
-			return &Held{c: c}, nil
+			return c.held, nil
 		case stopped:
 			// Lost or released between the lookup and now: compete
 			// again with a new candidate.
@@ -196,6 +198,7 @@ func (o *Owners) candidate(export config.APIExportRef, workspace string) (*candi
 		return nil, fmt.Errorf("cannot reach the Leases of workspace %s: %w", workspace, err)
 	}
 	c := &candidate{export: export, changed: make(chan struct{}), done: make(chan struct{}), linger: o.opts.Linger}
+	c.held = &Held{c: c}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	log := o.opts.Log.WithValues(logging.KeyExport, export.String())
@@ -257,6 +260,9 @@ type candidate struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	linger time.Duration
+	// held is the one Held of this candidate's leadership: Claims while
+	// it leads return the same, so callers can tell a renewed ownership.
+	held *Held
 
 	mu          sync.Mutex
 	leading     bool

@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/admin"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
+	"github.com/ferry-dev/ferry/broker/ownership"
 	"github.com/ferry-dev/ferry/pkg/logging"
 )
 
@@ -48,6 +49,8 @@ type runningEngine struct {
 	done     chan struct{}
 	attached bool
 	idle     clock.Timer
+	// held is the ownership the engine runs under (nil: single broker).
+	held *ownership.Held
 }
 
 func newEngines(idleTimeout time.Duration, clk clock.WithDelayedExecution, log logr.Logger, newEngine func(export config.APIExportRef, agent, logicalCluster string) served) *engines {
@@ -66,7 +69,13 @@ func (r *engines) wait() { r.wg.Wait() }
 
 // attach returns export's engine for agent, starting one when needed, and
 // marks it attached; release marks it detached and starts its idle timer.
-func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, logicalCluster string) (e *engine.Engine, release func()) {
+//
+// held is this replica's ownership of export when several replicas share
+// the exports (nil for a single broker): a new engine runs only while it
+// is held — it stops when the ownership is lost, before another replica
+// may start one — and releases it once its writers have stopped (idle, or
+// a new edge name).
+func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, logicalCluster string, held *ownership.Held) (e *engine.Engine, release func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	run, ok := r.running[export]
@@ -77,16 +86,41 @@ func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, lo
 		<-run.done // its writers stop before another engine starts
 		ok = false
 	}
+	if ok && run.held != held {
+		// Ownership lost and taken again since the engine started: the old
+		// engine is stopping; a new one runs under the new ownership.
+		r.log.Info("ownership of the APIExport renewed; starting a new sync engine", logging.KeyExport, export.String())
+		r.stopLocked(export, run)
+		<-run.done
+		ok = false
+	}
 	if !ok {
 		ctx, cancel := context.WithCancel(r.ctx)
 		eng := r.newEngine(export, agent, logicalCluster)
-		run = &runningEngine{e: eng.Engine, objects: eng.objects, cancel: cancel, done: make(chan struct{})}
+		run = &runningEngine{e: eng.Engine, objects: eng.objects, cancel: cancel, done: make(chan struct{}), held: held}
 		r.running[export] = run
 		r.wg.Add(1)
+		lost := func() bool { return false }
+		if held != nil {
+			lost = context.AfterFunc(held.Context(), func() {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				if r.running[export] == run {
+					r.log.Info("this replica lost the ownership of the APIExport; stopping its sync engine", logging.KeyExport, export.String())
+					r.stopLocked(export, run)
+				}
+			})
+		}
 		go func() {
 			defer r.wg.Done()
 			defer close(run.done)
 			run.e.Run(ctx)
+			lost()
+			if held != nil {
+				// Only now that nothing writes for the export: another
+				// replica may take it over at once.
+				held.Release()
+			}
 		}()
 	}
 	if run.idle != nil {

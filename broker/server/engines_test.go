@@ -48,10 +48,10 @@ var testExport = config.APIExportRef{Workspace: "root:team", Name: "things"}
 func TestEngineOutlivesStreamsUntilIdle(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	r := testEngines(t, clk, time.Minute)
-	first, release := r.attach(discardSink{}, testExport, "nora", "lc")
+	first, release := r.attach(discardSink{}, testExport, "nora", "lc", nil)
 	release()
 	clk.Step(30 * time.Second)
-	again, release := r.attach(discardSink{}, testExport, "nora", "lc")
+	again, release := r.attach(discardSink{}, testExport, "nora", "lc", nil)
 	if again != first {
 		t.Fatal("a reconnect within the idle timeout got a new engine")
 	}
@@ -74,7 +74,7 @@ func TestEngineOutlivesStreamsUntilIdle(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the idle engine's goroutines did not stop")
 	}
-	next, release := r.attach(discardSink{}, testExport, "nora", "lc")
+	next, release := r.attach(discardSink{}, testExport, "nora", "lc", nil)
 	defer release()
 	if next == first {
 		t.Fatal("a stopped engine was reused")
@@ -86,10 +86,10 @@ func TestEngineOutlivesStreamsUntilIdle(t *testing.T) {
 // (its writers joined) before the new one is returned.
 func TestAgentChangeReplacesTheEngine(t *testing.T) {
 	r := testEngines(t, clocktesting.NewFakeClock(time.Now()), time.Hour)
-	old, release := r.attach(discardSink{}, testExport, "nora", "lc")
+	old, release := r.attach(discardSink{}, testExport, "nora", "lc", nil)
 	release()
 	oldDone := r.done(testExport)
-	renamed, release := r.attach(discardSink{}, testExport, "otto", "lc")
+	renamed, release := r.attach(discardSink{}, testExport, "otto", "lc", nil)
 	defer release()
 	if renamed == old || renamed.EdgeName() != "otto" {
 		t.Fatalf("want a new engine for agent otto, got agent %q (same: %v)", renamed.EdgeName(), renamed == old)

@@ -34,6 +34,9 @@ const (
 	refusedExportHeld       = "export_served_by_another_edge"
 	refusedShuttingDown     = "shutting_down"
 	refusedHandshakeTimeout = "no_hello"
+	// refusedNotOwner: another broker replica owns the edge's APIExport;
+	// the edge was sent there.
+	refusedNotOwner = "not_owner"
 	// refusedRevoked: the certificate or the identity is blocked.
 	refusedRevoked = "revoked"
 	// refusedRevocationsUnknown: the blocks of the edge's workspace could

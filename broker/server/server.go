@@ -32,6 +32,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/admin"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
+	"github.com/ferry-dev/ferry/broker/ownership"
 	"github.com/ferry-dev/ferry/broker/registry"
 	"github.com/ferry-dev/ferry/broker/revocation"
 	"github.com/ferry-dev/ferry/pkg/logging"
@@ -77,6 +78,10 @@ type Options struct {
 	// Enrolment issues edge certificates (enrolment and renewal); a zero
 	// value turns both off.
 	Enrolment EnrolmentOptions
+	// Ownership shares the APIExports among broker replicas (an export's
+	// edge is served only by the replica that owns it, and sent there by
+	// the others); nil: this broker serves every export.
+	Ownership *ownership.Owners
 }
 
 // Server is the broker's gRPC server.
@@ -129,6 +134,7 @@ func New(o Options) *Server {
 		leases:            leases,
 		revocations:       o.Revocations,
 		enrolment:         enrol,
+		owners:            o.Ownership,
 	})
 	ferryv1.RegisterAdminServiceServer(g, &adminService{
 		cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver),
@@ -188,6 +194,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	defer func() {
 		stopEngines()
 		s.engines.wait()
+		// Every engine released its ownership as it stopped; this ends
+		// the competition for the others (another replica takes them).
+		if s.opts.Ownership != nil {
+			s.opts.Ownership.Close()
+		}
 	}()
 	s.engines.start(engineCtx)
 	// Deferred after the engines' stop: runs once the streams have ended,

@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
 	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/broker/ownership"
 	"github.com/ferry-dev/ferry/broker/registry"
 	"github.com/ferry-dev/ferry/broker/revocation"
 	"github.com/ferry-dev/ferry/pkg/link"
@@ -54,6 +55,9 @@ type syncService struct {
 	leases            *edgeLeases
 	revocations       *revocation.Set
 	enrolment         *enrolmentService
+	// owners decides which replica serves an export; nil: this broker
+	// serves every export (a single replica).
+	owners *ownership.Owners
 }
 
 var _ ferryv1.SyncServiceServer = (*syncService)(nil)
@@ -129,6 +133,20 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 		return status.Errorf(codes.Unavailable, "cannot reach kcp: %v", err)
 	}
 
+	owned, err := s.claim(ctx, log, edgeCfg.APIExport)
+	if err != nil {
+		return err
+	}
+	if owned != nil {
+		// Ownership lost (the Lease was not renewed in time, so another
+		// replica may take over): the stream ends first, and the edge
+		// reconnects to whichever replica owns the export then.
+		stop := context.AfterFunc(owned.Context(), func() {
+			cancel(status.Errorf(codes.Unavailable, "this broker replica no longer owns APIExport %s; reconnect", edgeCfg.APIExport))
+		})
+		defer stop()
+	}
+
 	sess := registry.NewSession(registry.Info{
 		ID:                  newSessionID(),
 		Identity:            id,
@@ -165,7 +183,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	loop := link.NewLoop[*ferryv1.ConnectRequest, *ferryv1.ConnectResponse](controlCapacity)
 	// The engine's finalizer comes from the configuration entry, never from
 	// the agent name the edge announces.
-	eng, detach := s.engines.attach(loop, edgeCfg.APIExport, edgeCfg.ResolvedName(), state.LogicalCluster)
+	eng, detach := s.engines.attach(loop, edgeCfg.APIExport, edgeCfg.ResolvedName(), state.LogicalCluster, owned)
 	// Detached after the loops have stopped (defers run in reverse): the
 	// slot is released only then, so a new stream never overlaps this one.
 	defer detach()
@@ -236,6 +254,30 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	log.Info("edge disconnected", logging.KeyReason, errorText(err))
 	edgeLease.disconnected(err)
 	return err
+}
+
+// claim returns this replica's ownership of export when replicas share the
+// exports (nil, nil for a single broker), or the refusal to return: the
+// owner's address for the edge to connect to, or kcp unreachable.
+func (s *syncService) claim(ctx context.Context, log logr.Logger, export config.APIExportRef) (*ownership.Held, error) {
+	if s.owners == nil {
+		return nil, nil
+	}
+	claimCtx, cancel := context.WithTimeout(ctx, protocol.HandshakeTimeout)
+	defer cancel()
+	held, err := s.owners.Claim(claimCtx, export, export.Workspace)
+	var elsewhere *ownership.ElsewhereError
+	switch {
+	case errors.As(err, &elsewhere):
+		log.Info("sent the edge to the broker replica that owns its APIExport", logging.KeyOwner, elsewhere.Owner)
+		s.metrics.HandshakeRefused(refusedNotOwner)
+		return nil, protocol.RedirectError(export.String(), elsewhere.Owner)
+	case err != nil:
+		log.Error(err, "cannot read the ownership of the APIExport in kcp")
+		s.metrics.HandshakeRefused(refusedKCPUnavailable)
+		return nil, status.Errorf(codes.Unavailable, "cannot read the ownership of APIExport %s in kcp: %v", export, err)
+	}
+	return held, nil
 }
 
 // refuseRevoked refuses a stream whose certificate or identity is

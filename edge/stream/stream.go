@@ -124,6 +124,11 @@ type Client struct {
 	// refusal is the broker's refusal of the last stream attempt, nil when
 	// it was accepted or failed otherwise (readiness names it).
 	refusal atomic.Pointer[error]
+	// redirect is the address of the broker replica that owns this edge's
+	// APIExport, as the replica last reached said (protocol.RedirectError):
+	// the next attempt, only, dials it instead of BrokerAddress. Run's
+	// goroutine only.
+	redirect string
 }
 
 // Connected tells whether the broker accepted the current stream and it
@@ -156,7 +161,9 @@ func (c *Client) Run(ctx context.Context) error {
 	log := c.opts.Log
 	for attempt := 1; ; attempt++ {
 		started := time.Now()
+		redirected := c.redirect != ""
 		accepted, err := c.session(ctx)
+		c.redirect = ""
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -171,6 +178,14 @@ func (c *Client) Run(ctx context.Context) error {
 		if accepted && time.Since(started) >= c.opts.StableAfter {
 			c.opts.Backoff.Reset()
 			attempt = 1
+		}
+		if owner, ok := protocol.RedirectOf(err); ok && !accepted && !redirected {
+			// Another replica owns the export: there at once. Sent on
+			// again from there (ownership moved meanwhile), the edge goes
+			// back to its configured address after the backoff.
+			log.Info("broker replica sent this edge to the replica that owns its APIExport; connecting there", logging.KeyOwner, owner)
+			c.redirect = owner
+			continue
 		}
 		if errors.Is(err, errRenewed) {
 			// Planned: one reconnect per renewal, at once.
@@ -192,6 +207,9 @@ func (c *Client) Run(ctx context.Context) error {
 func attemptResult(err error) string {
 	if refused(err) {
 		return "refused"
+	}
+	if _, ok := protocol.RedirectOf(err); ok {
+		return "redirected"
 	}
 	return "failed"
 }
@@ -242,9 +260,13 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(c.opts.MaxMessageBytes))),
 		grpc.WithStatsHandler(c.opts.Metrics.StatsHandler(ferryv1.SyncService_Connect_FullMethodName)),
 	}
-	conn, err := grpc.NewClient("passthrough:///"+c.opts.BrokerAddress, dialOpts...)
+	addr := c.opts.BrokerAddress
+	if c.redirect != "" {
+		addr = c.redirect
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, dialOpts...)
 	if err != nil {
-		return false, fmt.Errorf("invalid broker address %q: %w", c.opts.BrokerAddress, err)
+		return false, fmt.Errorf("invalid broker address %q: %w", addr, err)
 	}
 	defer conn.Close()
 
@@ -277,6 +299,7 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	interval := max(hello.GetHeartbeatInterval().AsDuration(), protocol.MinHeartbeatInterval)
 	export := hello.GetExport()
 	c.opts.Log.Info("connected to broker",
+		logging.KeyAddress, addr,
 		logging.KeySession, hello.GetSessionId(),
 		logging.KeyIdentity, hello.GetIdentity(),
 		logging.KeyExport, export.GetExport().GetWorkspacePath()+"/"+export.GetExport().GetName(),

@@ -128,6 +128,14 @@ func TestHandleForwardsAllButLivenessAndHandshake(t *testing.T) {
 // configuration for it.
 func startFakeBroker(t *testing.T, broker *fakeBroker) (addr string, clientTLS *tlsconfig.ClientConfig) {
 	t.Helper()
+	addrs, clientTLS := startFakeBrokers(t, broker)
+	return addrs[0], clientTLS
+}
+
+// startFakeBrokers serves each broker (replicas with one serving
+// certificate) on its own address.
+func startFakeBrokers(t *testing.T, brokers ...ferryv1.SyncServiceServer) (addrs []string, clientTLS *tlsconfig.ClientConfig) {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := devpki.LoadOrCreateCA(dir, "test")
 	if err != nil {
@@ -149,15 +157,18 @@ func startFakeBroker(t *testing.T, broker *fakeBroker) (addr string, clientTLS *
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
-	ferryv1.RegisterSyncServiceServer(srv, broker)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for _, broker := range brokers {
+		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+		ferryv1.RegisterSyncServiceServer(srv, broker)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = srv.Serve(lis) }()
+		t.Cleanup(srv.Stop)
+		addrs = append(addrs, lis.Addr().String())
 	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String(), clientTLS
+	return addrs, clientTLS
 }
 
 // TestRunCountsAttemptsAndTracksTheConnection runs the client against an

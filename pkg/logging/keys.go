@@ -15,7 +15,9 @@ const (
 	KeyAttempt         = "attempt"
 	KeyReason          = "reason"
 	KeyHolder          = "holder"
-	KeyLogicalCluster  = "logicalCluster"
+	// KeyOwner is the address of the broker replica that owns an APIExport.
+	KeyOwner          = "owner"
+	KeyLogicalCluster = "logicalCluster"
 	// KeyEndpoint is a virtual workspace endpoint's URL (one kcp shard's).
 	KeyEndpoint = "endpoint"
 	// KeyObject is an object's key (cluster|group/resource|namespace/name).

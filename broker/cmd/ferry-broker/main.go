@@ -23,6 +23,7 @@ import (
 
 	"github.com/ferry-dev/ferry/broker/enrolment"
 	"github.com/ferry-dev/ferry/broker/kcp"
+	"github.com/ferry-dev/ferry/broker/ownership"
 	"github.com/ferry-dev/ferry/broker/publish"
 	"github.com/ferry-dev/ferry/broker/revocation"
 	"github.com/ferry-dev/ferry/broker/server"
@@ -110,6 +111,10 @@ func run(args []string) error {
 	// Blocked identities get no certificate: neither at enrolment nor at
 	// renewal.
 	enrol.Blocklist = revocations
+	owners, err := replicaOwnership(completed, log)
+	if err != nil {
+		return err
+	}
 	srv := server.New(server.Options{
 		Config:            completed.Config,
 		TLS:               completed.TLS,
@@ -128,6 +133,7 @@ func run(args []string) error {
 		},
 		Revocations: revocations,
 		Enrolment:   enrol,
+		Ownership:   owners,
 	})
 	if err := m.RegisterSource(ctrlmetrics.Registry, srv.MetricsSource()); err != nil {
 		return err
@@ -191,4 +197,23 @@ func enrolmentOptions(c *Completed, clients kcp.SecretsClients) (server.Enrolmen
 		BrokerCA:        c.BrokerCA,
 		DefaultTokenTTL: c.EnrolmentTokenTTL,
 	}, nil
+}
+
+// replicaOwnership returns the ownership of APIExports among broker
+// replicas with --replica-address, else nil (this broker serves them all).
+func replicaOwnership(c *Completed, log logr.Logger) (*ownership.Owners, error) {
+	if c.ReplicaAddress == "" {
+		return nil, nil
+	}
+	leases, err := kcp.NewLeasesClients(c.KCP)
+	if err != nil {
+		return nil, err
+	}
+	d := c.OwnershipLeaseDuration
+	return ownership.New(ownership.Options{
+		Leases: leases, Namespace: c.OwnershipLeaseNamespace, Identity: c.ReplicaAddress,
+		// client-go's proportions (15 s, 10 s, 2 s).
+		LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d * 2 / 15,
+		Log: log.WithName("ownership"),
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -60,6 +61,12 @@ type Options struct {
 	// StateNamespace holds the broker's durable state in kcp (enrolment
 	// tokens, revocations), in the workspace of each configured APIExport.
 	StateNamespace string
+	// ReplicaAddress turns on ownership among broker replicas: this
+	// replica's address as edges dial it (OwnershipLeaseNamespace holds the
+	// Leases; broker/ownership).
+	ReplicaAddress          string
+	OwnershipLeaseNamespace string
+	OwnershipLeaseDuration  time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -80,6 +87,8 @@ func NewOptions() *Options {
 		EdgeCertificateLifetime: enrolment.DefaultCertificateLifetime,
 		EnrolmentTokenTTL:       enrolment.DefaultTokenTTL,
 		StateNamespace:          metav1.NamespaceDefault,
+		OwnershipLeaseNamespace: metav1.NamespaceDefault,
+		OwnershipLeaseDuration:  15 * time.Second,
 	}
 }
 
@@ -109,6 +118,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.EdgeCertificateLifetime, "edge-certificate-lifetime", o.EdgeCertificateLifetime, "Lifetime of the edge certificates the broker signs; edges renew them after two thirds of it.")
 	fs.DurationVar(&o.EnrolmentTokenTTL, "enrolment-token-ttl", o.EnrolmentTokenTTL, "Default lifetime of enrolment tokens (at most 168h).")
 	fs.StringVar(&o.StateNamespace, "state-namespace", o.StateNamespace, "Namespace, in the workspace of each configured APIExport, of the broker's durable state in kcp: hashed enrolment tokens and revocations (Secrets).")
+	fs.StringVar(&o.ReplicaAddress, "replica-address", o.ReplicaAddress, "This replica's own address (host:port) as edges dial it, e.g. its name in a headless Service; set when several broker replicas run: each APIExport is then served by the replica that holds its Lease in kcp (--ownership-lease-namespace), and the others send its edge there. Empty: this broker serves every APIExport (one replica).")
+	fs.StringVar(&o.OwnershipLeaseNamespace, "ownership-lease-namespace", o.OwnershipLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease (ferry-owner-<export>) whose holder serves the export; with --replica-address.")
+	fs.DurationVar(&o.OwnershipLeaseDuration, "ownership-lease-duration", o.OwnershipLeaseDuration, "How long an APIExport's owner may go without renewing its Lease before another replica takes the export over; the owner stops writing after two thirds of it. With --replica-address.")
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 
@@ -173,6 +185,17 @@ func (o *Options) Validate() error {
 	}
 	if o.EnrolmentTokenTTL <= 0 || o.EnrolmentTokenTTL > enrolment.MaxTokenTTL {
 		errs = append(errs, fmt.Errorf("--enrolment-token-ttl must be positive and at most %s", enrolment.MaxTokenTTL))
+	}
+	if o.ReplicaAddress != "" {
+		if _, port, err := net.SplitHostPort(o.ReplicaAddress); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("--replica-address %q must be host:port, the address edges dial this replica at", o.ReplicaAddress))
+		}
+		if msgs := validation.IsDNS1123Label(o.OwnershipLeaseNamespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--ownership-lease-namespace %q is not a namespace name: %s", o.OwnershipLeaseNamespace, strings.Join(msgs, "; ")))
+		}
+		if o.OwnershipLeaseDuration < 3*time.Second {
+			errs = append(errs, errors.New("--ownership-lease-duration must be at least 3s"))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -63,3 +63,29 @@ func TestTLSProfileFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaFlags: --replica-address must be the host:port edges dial; the
+// ownership flags are checked only with it.
+func TestReplicaFlags(t *testing.T) {
+	base := []string{"--config", "broker.yaml", "--kcp-kubeconfig", "kcp.kubeconfig", "--tls-cert", "tls.crt", "--tls-key", "tls.key", "--client-ca", "ca.crt"}
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{},
+		{args: []string{"--replica-address", "ferry-broker-0.ferry-broker-pods.ferry-system.svc:9443"}},
+		{args: []string{"--replica-address", "ferry-broker-0"}, wantErr: `--replica-address "ferry-broker-0" must be host:port`},
+		{args: []string{"--replica-address", "b:9443", "--ownership-lease-namespace", "Ferry"}, wantErr: `--ownership-lease-namespace "Ferry" is not a namespace name`},
+		{args: []string{"--replica-address", "b:9443", "--ownership-lease-duration", "1s"}, wantErr: "--ownership-lease-duration must be at least 3s"},
+		{args: []string{"--ownership-lease-duration", "1s"}},
+	}
+	for _, tt := range tests {
+		_, err := cli.Parse("ferry-broker", append(append([]string{}, base...), tt.args...), NewOptions())
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tt.args, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%q: error %v, want one saying %q", tt.args, err, tt.wantErr)
+		}
+	}
+}
