@@ -195,4 +195,3 @@ func TestLeaseName(t *testing.T) {
 		t.Errorf("LeaseName of a long name = %s (%d characters)", got, len(got))
 	}
 }
-
