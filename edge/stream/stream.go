@@ -263,6 +263,11 @@ func (c *Client) session(ctx context.Context) (accepted bool, err error) {
 	addr := c.opts.BrokerAddress
 	if c.redirect != "" {
 		addr = c.redirect
+		// The owner is verified as the broker this edge is configured
+		// with (every replica serves the same certificate), not by the
+		// address a replica named: a redirect cannot lead the edge to a
+		// server that is not its broker.
+		dialOpts = append(dialOpts, grpc.WithAuthority(c.opts.BrokerAddress))
 	}
 	conn, err := grpc.NewClient("passthrough:///"+addr, dialOpts...)
 	if err != nil {

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
@@ -97,4 +100,153 @@ func TestReplicasSendTheEdgeToTheOwnerAndFailOver(t *testing.T) {
 	apply(t, crd2)
 	e.publish(t, "scows", ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: crd2.Spec.Group, Kind: "Scow", Version: "v1"}})
 	e.waitCondition(t, "scows", metav1.ConditionTrue, ferryv1alpha1.ReasonPublished)
+}
+
+// TestReplicaFailoverWhileCreating is issue 22's first acceptance line: two
+// broker replicas behind a balancer (the Service), one edge; the owner is
+// killed with SIGKILL while 500 objects are being created in kcp. The edge
+// is served by the other replica after the Lease duration and a reconnect;
+// every object is synced exactly once (one local copy each, none written
+// twice), every status comes back, and deleting them all leaves no
+// finalizer behind.
+func TestReplicaFailoverWhileCreating(t *testing.T) {
+	ctx := context.Background()
+	const n = 500
+	export := newExport(t)
+	pki := newPKI(t, "pki", "edge", "admin")
+	cfg := config.Config{
+		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: export}},
+		Admins: []string{devpki.IdentityFor("admin")},
+	}
+	a := startReplica(t, "broker-a", pki, cfg)
+	b := startReplica(t, "broker-b", pki, cfg)
+	lb := startBalancer(t, a.Address, b.Address) // the first stream lands on broker-a
+	identity := devpki.IdentityFor("edge")
+
+	p := &pubEnv{label: sanitize(t.Name()), path: env.provider, pki: pki, export: export, broker: a, edgeDial: lb.addr}
+	p.edge = p.startEdge(t)
+	if _, err := framework.WaitEdgeState(ctx, adminConn(t, a, pki), identity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if p.kcp, err = framework.KCPClient(env.kcp.Config); err != nil {
+		t.Fatal(err)
+	}
+	crd := testCRD("failover.example.com", "Pontoon", "pontoons", apiextensionsv1.NamespaceScoped, "v1")
+	apply(t, crd)
+	p.publish(t, "pontoons", ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: crd.Spec.Group, Kind: "Pontoon", Version: "v1"}})
+	e := publishedSyncEnv(t, p, crd)
+	e.useConsumer(t, bindConsumer(t, p, "fo"))
+
+	want := map[string]string{}
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("pontoon-%03d", i)
+		want[name] = "v1"
+		names = append(names, name)
+	}
+	created := make(chan struct{})
+	go func() {
+		defer close(created)
+		e.createRemoteParallel(t, names)
+	}()
+	// Kill the owner once some copies exist and kcp is still taking
+	// objects.
+	err = framework.Eventually(ctx, 2*time.Minute, 20*time.Millisecond, func(context.Context) (bool, string) {
+		got := len(e.localState(t))
+		return got >= n/10, fmt.Sprintf("%d local copies so far", got)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	a.Kill()
+	t.Logf("broker-a (the owner) killed with %d local copies", len(e.localState(t)))
+	if _, err := framework.WaitEdgeState(ctx, adminConn(t, b, pki), identity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
+		t.Fatalf("no failover to broker-b: %v", err)
+	}
+	t.Logf("the edge was served by broker-b %s after the kill (lease duration %s)", time.Since(killed).Round(100*time.Millisecond), replicaLeaseDuration)
+	<-created
+	before := e.waitConverged(t, want)
+	t.Logf("all %d objects synced %s after the kill", n, time.Since(killed).Round(100*time.Millisecond))
+
+	// Every status back, and nothing written twice meanwhile.
+	setLocalStatusParallel(t, e, "Ready")
+	waitFor(t, "every status in kcp", func(ctx context.Context) (bool, string) {
+		list, err := e.remote.Namespace("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, u := range list.Items {
+			if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == "Ready" {
+				ready++
+			}
+		}
+		return ready == n, fmt.Sprintf("%d of %d objects carry their copy's status", ready, n)
+	})
+	after := e.localState(t)
+	for name, st := range after {
+		if st[1] != before[name][1] {
+			t.Errorf("%s: spec changed after convergence: %v → %v", name, before[name], st)
+		}
+	}
+
+	// Deleting them all leaves no finalizer behind.
+	deleteRemoteParallel(t, e, names)
+	waitFor(t, "every object gone from kcp and the service cluster", func(ctx context.Context) (bool, string) {
+		list, err := e.remote.Namespace("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		local := len(e.localState(t))
+		return len(list.Items) == 0 && local == 0, fmt.Sprintf("%d objects left in kcp (finalizers), %d local copies", len(list.Items), local)
+	})
+}
+
+// setLocalStatusParallel sets status.phase on every local copy of e.
+func setLocalStatusParallel(t testing.TB, e *syncEnv, phase string) {
+	t.Helper()
+	list, err := e.local.Namespace(e.consumerLC).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan unstructured.Unstructured, len(list.Items))
+	for _, u := range list.Items {
+		ch <- u
+	}
+	close(ch)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for u := range ch {
+				_ = unstructured.SetNestedField(u.Object, phase, "status", "phase")
+				if _, err := e.local.Namespace(u.GetNamespace()).UpdateStatus(context.Background(), &u, metav1.UpdateOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// deleteRemoteParallel deletes the named kcp objects of e.
+func deleteRemoteParallel(t testing.TB, e *syncEnv, names []string) {
+	t.Helper()
+	ch := make(chan string, len(names))
+	for _, n := range names {
+		ch <- n
+	}
+	close(ch)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for name := range ch {
+				if err := e.remote.Namespace("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
