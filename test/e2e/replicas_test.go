@@ -11,11 +11,13 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/pkg/naming"
 	"github.com/ferry-dev/ferry/test/framework"
 )
 
@@ -249,4 +251,113 @@ func deleteRemoteParallel(t testing.TB, e *syncEnv, names []string) {
 		})
 	}
 	wg.Wait()
+}
+
+// rolloutBound is the longest an object may wait during a rolling
+// restart: one reconnect of the edge (its backoff is capped at 5 s) plus
+// the handshake and the new owner's resync.
+const rolloutBound = 10 * time.Second
+
+// TestRollingRestartOfReplicas: two replicas behind a balancer, steady
+// traffic (an object created in kcp every 100 ms); both replicas are
+// restarted one after the other with SIGTERM, as a rolling update does. A
+// stopping owner hands its export over, so no object waits for its copy
+// longer than one reconnect of the edge.
+func TestRollingRestartOfReplicas(t *testing.T) {
+	ctx := context.Background()
+	export := newExport(t)
+	pki := newPKI(t, "pki", "edge", "admin")
+	cfg := config.Config{
+		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: export}},
+		Admins: []string{devpki.IdentityFor("admin")},
+	}
+	a := startReplica(t, "broker-a", pki, cfg)
+	b := startReplica(t, "broker-b", pki, cfg)
+	lb := startBalancer(t, a.Address, b.Address)
+	p := &pubEnv{label: sanitize(t.Name()), path: env.provider, pki: pki, export: export, broker: a, edgeDial: lb.addr}
+	p.edge = p.startEdge(t)
+	if _, err := framework.WaitEdgeState(ctx, adminConn(t, a, pki), devpki.IdentityFor("edge"), ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if p.kcp, err = framework.KCPClient(env.kcp.Config); err != nil {
+		t.Fatal(err)
+	}
+	crd := testCRD("rolling.example.com", "Skiff", "skiffs", apiextensionsv1.NamespaceScoped, "v1")
+	apply(t, crd)
+	p.publish(t, "skiffs", ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: crd.Spec.Group, Kind: "Skiff", Version: "v1"}})
+	e := publishedSyncEnv(t, p, crd)
+	e.useConsumer(t, bindConsumer(t, p, "roll"))
+
+	// When each object was created in kcp, and when its copy appeared.
+	var mu sync.Mutex
+	created, appeared := map[string]time.Time{}, map[string]time.Time{}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchFrom(watchCtx, t, e.local.Namespace(e.consumerLC), "", func(ev watch.EventType, u *unstructured.Unstructured) {
+		name := u.GetAnnotations()[naming.AnnotationName]
+		mu.Lock()
+		defer mu.Unlock()
+		if _, seen := appeared[name]; !seen && ev != watch.Deleted {
+			appeared[name] = time.Now()
+		}
+	})
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	traffic := make(chan struct{})
+	go func() {
+		defer close(traffic)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; trafficCtx.Err() == nil; i++ {
+			name := fmt.Sprintf("skiff-%04d", i)
+			mu.Lock()
+			created[name] = time.Now()
+			mu.Unlock()
+			if _, err := e.remote.Namespace("default").Create(ctx, e.remoteObject(name), metav1.CreateOptions{}); err != nil {
+				t.Errorf("create %s: %v", name, err)
+			}
+			select {
+			case <-trafficCtx.Done():
+			case <-tick.C:
+			}
+		}
+	}()
+
+	time.Sleep(2 * time.Second)
+	for _, r := range []*framework.Broker{a, b} {
+		if err := r.Restart(ctx, false); err != nil {
+			t.Fatalf("restarting %s: %v", r.Name, err)
+		}
+		t.Logf("%s restarted", r.Name)
+		time.Sleep(3 * time.Second)
+	}
+	stopTraffic()
+	<-traffic
+
+	var worst time.Duration
+	var worstName string
+	err = framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(context.Context) (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		missing := 0
+		worst, worstName = 0, ""
+		for name, at := range created {
+			seen, ok := appeared[name]
+			if !ok {
+				missing++
+				continue
+			}
+			if d := seen.Sub(at); d > worst {
+				worst, worstName = d, name
+			}
+		}
+		return missing == 0, fmt.Sprintf("%d of %d objects without a local copy", missing, len(created))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d objects created during the rolling restart; the longest wait for a copy: %s (%s)", len(created), worst.Round(10*time.Millisecond), worstName)
+	if worst > rolloutBound {
+		t.Errorf("%s waited %s for its copy during the rolling restart, more than one reconnect (%s)", worstName, worst.Round(10*time.Millisecond), rolloutBound)
+	}
 }
