@@ -125,3 +125,69 @@ func TestInvalidRelatedListOrMutationGetsCondition(t *testing.T) {
 		t.Errorf("condition message %q does not name the step", msg)
 	}
 }
+
+// TestRelatedMutationOfKCPOrigin: a consumer's Secret is mutated on its
+// way down (a CEL label, a data key deleted, a regex on a label); the
+// copy in the service cluster shows it, and the edge never takes ferry's
+// own mutated write for a local edit (no resend asked), while an update
+// in kcp still flows down mutated.
+func TestRelatedMutationOfKCPOrigin(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "lockbox.example.com", "Lockbox", "lockboxes", func(s *ferryv1alpha1.PublishedResourceSpec) {
+		s.Related = []ferryv1alpha1.RelatedResourceSpec{{
+			Identifier: "keys", Origin: ferryv1alpha1.OriginKCP, Kind: "Secret",
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.keySecret"}},
+			Mutation: &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
+				{CEL: &ferryv1alpha1.CELMutation{Path: "metadata.labels.from", Expression: "'kcp'"}},
+				{Regex: &ferryv1alpha1.RegexMutation{Path: "metadata.labels.env", Pattern: "^(.*)$", Replacement: `svc-\1`}},
+				{Delete: &ferryv1alpha1.DeleteMutation{Path: "data.note"}},
+			}},
+		}}
+	})
+	svc := serviceKube(t)
+	consumer := e.consumerKube(t)
+	if _, err := consumer.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "box-keys", Labels: map[string]string{"env": "prod"}},
+		Data:       map[string][]byte{"key": []byte("k1"), "note": []byte("for the consumer only")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createRemote(t, "default", "box", map[string]any{"keySecret": "box-keys"})
+	local := e.waitLocal(t, "default", "box", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+	waitCopy := func(key string) {
+		t.Helper()
+		waitFor(t, "the mutated Secret in the service cluster", func(ctx context.Context) (bool, string) {
+			s, err := svc.CoreV1().Secrets(local.GetNamespace()).Get(ctx, "box-keys", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			ok := string(s.Data["key"]) == key && s.Data["note"] == nil && s.Labels["from"] == "kcp" && s.Labels["env"] == "svc-prod"
+			return ok, fmt.Sprintf("data %q labels %v", s.Data, s.Labels)
+		})
+	}
+	waitCopy("k1")
+	resendsAsked := func() float64 {
+		v, _ := scrapeBoth(t, e).broker.Value("ferry_broker_reports_received_total", map[string]string{"export": e.export.String(), "kind": "resend"})
+		return v
+	}
+	resends := resendsAsked()
+	s, err := consumer.CoreV1().Secrets("default").Get(ctx, "box-keys", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data["key"] = []byte("k2")
+	if _, err := consumer.CoreV1().Secrets("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCopy("k2")
+	if n := resendsAsked() - resends; n != 0 {
+		t.Errorf("the edge asked for the mutated related object again %v times after ferry's own writes", n)
+	}
+	// The consumer's Secret in kcp is untouched by the mutation.
+	if s, err = consumer.CoreV1().Secrets("default").Get(ctx, "box-keys", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Labels["env"] != "prod" || s.Labels["from"] != "" || s.Data["note"] == nil {
+		t.Errorf("the kcp Secret was changed: labels %v", s.Labels)
+	}
+}
