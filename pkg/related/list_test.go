@@ -7,6 +7,7 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/mutation"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 func TestLocateList(t *testing.T) {
@@ -133,5 +134,27 @@ func TestMutate(t *testing.T) {
 	}
 	if plain[0].Mutates() || plain[0].MutateContent(obj, mutation.Objects{Local: obj}) != nil || plain[0].MutateStatus(st, mutation.Objects{Local: st}) != nil {
 		t.Error("an entry without mutation mutates")
+	}
+}
+
+func TestCheckMutation(t *testing.T) {
+	for _, tc := range []struct {
+		template string
+		wantErr  string
+	}{
+		{template: "{{ .Object.metadata.name }}-x"},
+		{template: "{{ .NoSuchField }}", wantErr: "mutation.spec[0].template"},
+	} {
+		s := spec(ferryv1alpha1.ResourceLocator{Path: "spec.secretName"}, nil)
+		s.Mutation = &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
+			{Template: &ferryv1alpha1.TemplateMutation{Path: "metadata.labels.x", Template: tc.template}}}}
+		refs, err := Compile([]ferryv1alpha1.RelatedResourceSpec{s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = refs[0].CheckMutation(templating.SampleData("v1", "Secret", true))
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s: error %v, want %q", tc.template, err, tc.wantErr)
+		}
 	}
 }

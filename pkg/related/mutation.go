@@ -6,6 +6,7 @@ import (
 
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/pkg/mutation"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Mutations of related objects (spec.related[].mutation): the same steps
@@ -75,4 +76,15 @@ func (r *Reference) MutateStatus(obj map[string]any, objs mutation.Objects) erro
 		return fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
 	return nil
+}
+
+// CheckMutation runs the entry's template steps on sample data (a sample
+// object of the related kind): a template that would fail on every object
+// — data the model lacks, e.g. .NoSuchField — is an
+// error naming the step, refused with the PublishedResource.
+func (r *Reference) CheckMutation(sample templating.Data) error {
+	if r.mutation == nil {
+		return nil
+	}
+	return errors.Join(r.mutation.spec.Check(sample), r.mutation.status.Check(sample))
 }
