@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Related objects: the spec.related[] entries of a PublishedResource.
@@ -52,7 +51,7 @@ func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
 // +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
 // +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
 // +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
-// +kubebuilder:validation:XValidation:rule="!has(self.mutation)",message="mutation of related objects is not supported by ferry yet: shape the object on its origin side (e.g. with a spec mutation of the primary that names it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.mutation) || !has(self.mutation.status) || size(self.mutation.status) == 0 || (has(self.syncStatus) && self.syncStatus)",message="mutation.status rewrites the status carried with syncStatus: set syncStatus: true (origin service) or drop the status steps"
 type RelatedResourceSpec struct {
 	// Identifier names the entry, unique within the PublishedResource; it
 	// labels the related copies. Default: the resource when set (e.g.
@@ -134,14 +133,17 @@ type RelatedResourceSpec struct {
 	// +optional
 	Projection *RelatedResourceProjection `json:"projection,omitempty"`
 
-	// Mutation is api-syncagent's way of rewriting related objects on
-	// their way. Ferry does not mutate related objects yet, so a document
-	// that sets it is refused at admission rather than synced unmutated.
+	// Mutation rewrites the related object on its way to its destination
+	// side, with the steps of spec.mutation (delete, regex, template, cel).
+	// Spec steps run on the object's content (all but status) going from
+	// its origin to the destination — into kcp for origin service, into
+	// the service cluster for origin kcp. Status steps run on the status
+	// carried with syncStatus (origin service: from the service cluster
+	// into kcp) and need it. Templates and CEL see the related object as
+	// the mutated object, and its service-cluster and kcp versions as far
+	// as they are known.
 	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Type=object
-	// +kubebuilder:validation:Schemaless
-	Mutation *runtime.RawExtension `json:"mutation,omitempty"`
+	Mutation *ResourceMutationSpec `json:"mutation,omitempty"`
 
 	// SyncStatus carries the related object's status along with it
 	// (default false: status stays on its side). For origin service the
@@ -182,7 +184,12 @@ type RelatedResourceReference struct {
 // ResourceLocator evaluates a field path on an object, optionally rewritten
 // by a regular expression.
 type ResourceLocator struct {
-	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// Path is a dot-separated field path, e.g. "spec.secretName". For the
+	// name of an origin service entry it may hold one "#" (gjson's syntax)
+	// for every item of a list, e.g. "spec.users.#.name" or
+	// "spec.secretNames.#": one related object per item, matched by
+	// position between the kcp object and its local copy. A namespace
+	// path names one value.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	Path string `json:"path"`
@@ -248,7 +255,9 @@ type RelatedResourceObjectSpec struct {
 // RelatedResourceObjectReference is a path on the primary object, with an
 // optional regular expression applied to the value found.
 type RelatedResourceObjectReference struct {
-	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// Path is a dot-separated field path, e.g. "spec.secretName"; for the
+	// object's name (origin service) it may hold one "#" for every item of
+	// a list, e.g. "spec.users.#.name" (see ResourceLocator.Path).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	Path string `json:"path"`

@@ -442,7 +442,7 @@ func (in *RelatedResourceSpec) DeepCopyInto(out *RelatedResourceSpec) {
 	}
 	if in.Mutation != nil {
 		in, out := &in.Mutation, &out.Mutation
-		*out = new(runtime.RawExtension)
+		*out = new(ResourceMutationSpec)
 		(*in).DeepCopyInto(*out)
 	}
 }

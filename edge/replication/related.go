@@ -195,8 +195,12 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		RelatedTo: &ferryv1.RelatedTo{Primary: rk.primary.objectKey(), Identifier: ref.Identifier},
 		Resource:  &ferryv1.GroupVersionResource{Group: ref.Local.Group, Version: ref.Local.Version, Resource: ref.Local.Resource},
 	}
-	if ref.IsSelector() {
+	switch {
+	case ref.IsSelector():
 		e.reportSelectedLocked(primary, ref, rw, rk, remote, report)
+		return
+	case ref.IsList():
+		e.reportListedLocked(primary, ref, rw, rk, remote, report)
 		return
 	}
 	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
