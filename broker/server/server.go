@@ -77,6 +77,9 @@ type Options struct {
 	// Enrolment issues edge certificates (enrolment and renewal); a zero
 	// value turns both off.
 	Enrolment EnrolmentOptions
+	// Admission bounds the handshakes in progress; a zero value bounds
+	// nothing.
+	Admission AdmissionOptions
 }
 
 // Server is the broker's gRPC server.
@@ -129,6 +132,7 @@ func New(o Options) *Server {
 		leases:            leases,
 		revocations:       o.Revocations,
 		enrolment:         enrol,
+		admission:         newAdmission(o.Admission),
 	})
 	ferryv1.RegisterAdminServiceServer(g, &adminService{
 		cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver),

@@ -60,6 +60,10 @@ type Options struct {
 	// StateNamespace holds the broker's durable state in kcp (enrolment
 	// tokens, revocations), in the workspace of each configured APIExport.
 	StateNamespace string
+	// Handshake admission (server.AdmissionOptions).
+	MaxConcurrentHandshakes int
+	HandshakeMaxWait        time.Duration
+	HandshakeRetryAfter     time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -80,6 +84,9 @@ func NewOptions() *Options {
 		EdgeCertificateLifetime: enrolment.DefaultCertificateLifetime,
 		EnrolmentTokenTTL:       enrolment.DefaultTokenTTL,
 		StateNamespace:          metav1.NamespaceDefault,
+		MaxConcurrentHandshakes: server.DefaultMaxConcurrentHandshakes,
+		HandshakeMaxWait:        server.DefaultHandshakeMaxWait,
+		HandshakeRetryAfter:     server.DefaultHandshakeRetryAfter,
 	}
 }
 
@@ -109,6 +116,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.EdgeCertificateLifetime, "edge-certificate-lifetime", o.EdgeCertificateLifetime, "Lifetime of the edge certificates the broker signs; edges renew them after two thirds of it.")
 	fs.DurationVar(&o.EnrolmentTokenTTL, "enrolment-token-ttl", o.EnrolmentTokenTTL, "Default lifetime of enrolment tokens (at most 168h).")
 	fs.StringVar(&o.StateNamespace, "state-namespace", o.StateNamespace, "Namespace, in the workspace of each configured APIExport, of the broker's durable state in kcp: hashed enrolment tokens and revocations (Secrets).")
+	fs.IntVar(&o.MaxConcurrentHandshakes, "max-concurrent-handshakes", o.MaxConcurrentHandshakes, "Edge handshakes (which read kcp) run at once; one beyond waits up to --handshake-max-wait for a slot and is then refused with RESOURCE_EXHAUSTED and a retry delay the edge honours (a reconnect storm of every edge is taken in bounded bites). 0 bounds nothing.")
+	fs.DurationVar(&o.HandshakeMaxWait, "handshake-max-wait", o.HandshakeMaxWait, "How long an edge handshake waits for a slot (--max-concurrent-handshakes) before it is refused as busy.")
+	fs.DurationVar(&o.HandshakeRetryAfter, "handshake-retry-after", o.HandshakeRetryAfter, "Mean retry delay given to an edge refused as busy (each drawn from half to one and a half times it).")
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 
@@ -144,6 +154,15 @@ func (o *Options) Validate() error {
 	}
 	if o.InFlightWindow < 1 {
 		errs = append(errs, errors.New("--in-flight-window must be at least 1"))
+	}
+	if o.MaxConcurrentHandshakes < 0 {
+		errs = append(errs, errors.New("--max-concurrent-handshakes must not be negative"))
+	}
+	if o.MaxConcurrentHandshakes > 0 && (o.HandshakeMaxWait <= 0 || o.HandshakeMaxWait >= protocol.HandshakeTimeout) {
+		errs = append(errs, fmt.Errorf("--handshake-max-wait must be positive and shorter than the edges' handshake timeout (%s)", protocol.HandshakeTimeout))
+	}
+	if o.MaxConcurrentHandshakes > 0 && o.HandshakeRetryAfter <= 0 {
+		errs = append(errs, errors.New("--handshake-retry-after must be positive"))
 	}
 	if o.EngineIdleTimeout <= 0 {
 		errs = append(errs, errors.New("--engine-idle-timeout must be positive"))
