@@ -108,6 +108,10 @@ type Wave struct {
 	// BrokerCPUSeconds is the CPU time the broker used during the wave
 	// (a restarted broker's: since its start).
 	BrokerCPUSeconds float64 `json:"brokerCPUSeconds"`
+	// KCPRequests are the broker's requests to kcp during the wave (a
+	// restarted broker's: since its start, its start-up reads and Lease
+	// writes included).
+	KCPRequests float64 `json:"kcpRequests"`
 }
 
 // Wait waits until every edge was accepted after m (or timeout passes) and

@@ -17,6 +17,8 @@ type Report struct {
 	Date    time.Time `json:"date"`
 	Machine string    `json:"machine"`
 	Edges   int       `json:"edges"`
+	// BrokerArgs are the flags the broker ran with beyond the harness's.
+	BrokerArgs []string `json:"brokerArgs,omitempty"`
 	// HeartbeatSeconds is the negotiated heartbeat interval.
 	HeartbeatSeconds float64 `json:"heartbeatSeconds"`
 	// ExportsSetupSeconds is the time kcp took to create the edges'
@@ -73,6 +75,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "ferry bench-edges, %s, %s\n", r.Date.Format(time.RFC3339), r.Machine)
 	fmt.Fprintf(w, "%d simulated edges (own certificate and APIExport each, ferry's edge stream client, real mTLS on loopback), heartbeat %gs\n",
 		r.Edges, r.HeartbeatSeconds)
+	if len(r.BrokerArgs) > 0 {
+		fmt.Fprintf(w, "broker flags: %s\n", strings.Join(r.BrokerArgs, " "))
+	}
 	fmt.Fprintf(w, "kcp created the %d APIExports in %.1fs\n\n", r.Edges, r.ExportsSetupSeconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -92,7 +97,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, n := range names {
 		fmt.Fprintf(w, " %s %.3f", n, r.Steady.Cores[n])
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "; broker requests to kcp %.1f/s\n", r.Steady.KCPRequestsPerSecond)
 	if p, ok := r.PerEdge(); ok {
 		fmt.Fprintf(w, "per connected edge at the broker: RSS %.1f KiB, heap %.1f KiB, %.1f goroutines, %.2f millicores\n",
 			p.RSSBytes/1024, p.HeapBytes/1024, p.Goroutines, p.MilliCores)
@@ -100,11 +105,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w)
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "wave\taccepted\tall in s\thandshakes/s\tp50 s\tp99 s\tmax s\tattempts\tfailed\tmax/edge\tover cap\tbroker CPU s\trefusals\t")
+	fmt.Fprintln(tw, "wave\taccepted\tall in s\thandshakes/s\tp50 s\tp99 s\tmax s\tattempts\tfailed\tmax/edge\tover cap\tbroker CPU s\tkcp requests\trefusals\t")
 	for _, v := range r.Waves {
-		fmt.Fprintf(tw, "%s\t%d/%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d (>%gs)\t%.1f\t%s\t\n", v.Name, v.Accepted, v.Edges, v.Seconds,
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d (>%gs)\t%.1f\t%.0f\t%s\t\n", v.Name, v.Accepted, v.Edges, v.Seconds,
 			v.HandshakesPerSecond, v.P50Seconds, v.P99Seconds, v.MaxSeconds, v.Attempts, v.FailedAttempts, v.MaxAttempts,
-			v.OverCap, v.CapSeconds, v.BrokerCPUSeconds, refusals(v.Refusals))
+			v.OverCap, v.CapSeconds, v.BrokerCPUSeconds, v.KCPRequests, refusals(v.Refusals))
 	}
 	return tw.Flush()
 }

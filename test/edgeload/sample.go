@@ -49,6 +49,9 @@ type CPUWindow struct {
 	Seconds float64 `json:"seconds"`
 	// Cores are CPU seconds per wall second, of each process measured.
 	Cores map[string]float64 `json:"cores"`
+	// KCPRequestsPerSecond are the broker's requests to kcp (its edge
+	// Leases' renewals, mostly).
+	KCPRequestsPerSecond float64 `json:"kcpRequestsPerSecond"`
 }
 
 // MeasureCPU reads the CPU time of every process in pids (name → pid)

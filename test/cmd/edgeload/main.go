@@ -39,7 +39,14 @@ type options struct {
 	backoffMax     time.Duration
 	waveTimeout    time.Duration
 	exportParallel int
+	brokerArgs     stringList
 }
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var o options
@@ -54,6 +61,7 @@ func main() {
 	flag.DurationVar(&o.backoffMax, "reconnect-max-delay", 5*time.Second, "The edges' reconnect delay cap (ferry-edge's default).")
 	flag.DurationVar(&o.waveTimeout, "wave-timeout", 10*time.Minute, "How long a connect wave may take before the run fails.")
 	flag.IntVar(&o.exportParallel, "export-parallel", 16, "APIExports created at once.")
+	flag.Var(&o.brokerArgs, "broker-arg", "A flag for ferry-broker, e.g. --broker-arg=--max-concurrent-handshakes=0 (repeatable).")
 	flag.Parse()
 	if o.edges < 1 || o.kcpBin == "" {
 		fmt.Fprintln(os.Stderr, "edgeload: --edges must be positive and --kcp-bin set (run it through make bench-edges)")
@@ -93,7 +101,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	report := &edgeload.Report{Date: time.Now().UTC(), Machine: machine(), Edges: o.edges, HeartbeatSeconds: o.heartbeat.Seconds()}
+	report := &edgeload.Report{Date: time.Now().UTC(), Machine: machine(), Edges: o.edges, HeartbeatSeconds: o.heartbeat.Seconds(), BrokerArgs: o.brokerArgs}
 	start := time.Now()
 	if err := createExports(ctx, kcp.Config, ws, o.edges, o.exportParallel); err != nil {
 		return err
@@ -108,7 +116,7 @@ func run(ctx context.Context, o options) error {
 	if err := issueEdgeCertificates(pki, o.edges); err != nil {
 		return err
 	}
-	broker, pprof, err := startBroker(ctx, bins, dir, pki, kcp.StableKubeconfig, brokerConfig(ws, o.edges), o.heartbeat)
+	broker, pprof, err := startBroker(ctx, bins, dir, pki, kcp.StableKubeconfig, brokerConfig(ws, o.edges), o.heartbeat, o.brokerArgs)
 	if err != nil {
 		return err
 	}
@@ -146,9 +154,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	step("steady state: measuring CPU for %s", o.steady)
+	before, _ := framework.Scrape(ctx, broker.Process)
 	report.Steady, err = edgeload.MeasureCPU(ctx, map[string]int{"broker": broker.Pid(), "kcp": kcp.Pid(), "generator": os.Getpid()}, o.steady)
 	if err != nil {
 		return err
+	}
+	if after, err := framework.Scrape(ctx, broker.Process); err == nil {
+		report.Steady.KCPRequestsPerSecond = (kcpRequests(after) - kcpRequests(before)) / report.Steady.Seconds
 	}
 	if err := addSample(ctx, report, "connected", broker, pprof, fleet); err != nil {
 		return err
@@ -231,6 +243,7 @@ func measureWave(ctx context.Context, name string, b *framework.Broker, fleet *e
 			before = nil
 		}
 		wave.Refusals = refusalsDelta(before, after)
+		wave.KCPRequests = kcpRequests(after) - kcpRequests(before)
 	}
 	if b.Pid() != pid {
 		cpuBefore = 0

@@ -36,6 +36,16 @@ func refusals(m framework.Metrics) map[string]float64 {
 	return out
 }
 
+// kcpRequestsMetric counts the broker's requests to kcp (watches count
+// once, when they start).
+const kcpRequestsMetric = "ferry_client_requests_total"
+
+// kcpRequests is the broker's requests to kcp so far (0 without a scrape).
+func kcpRequests(m framework.Metrics) float64 {
+	v, _ := m.Value(kcpRequestsMetric, map[string]string{"cluster": "kcp"})
+	return v
+}
+
 // readCPU is the CPU seconds process pid has used.
 func readCPU(pid int) (float64, error) {
 	u, err := benchreport.ReadUsage(pid)

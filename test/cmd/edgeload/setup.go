@@ -88,8 +88,8 @@ func brokerConfig(workspace logicalcluster.Path, n int) config.Config {
 }
 
 // startBroker starts ferry-broker with its pprof endpoint on a free
-// loopback port (returned).
-func startBroker(ctx context.Context, bins framework.Binaries, dir, pkiDir, kubeconfig string, cfg config.Config, heartbeat time.Duration) (*framework.Broker, string, error) {
+// loopback port (returned) and the extra flags.
+func startBroker(ctx context.Context, bins framework.Binaries, dir, pkiDir, kubeconfig string, cfg config.Config, heartbeat time.Duration, extra []string) (*framework.Broker, string, error) {
 	port, err := framework.FreePort()
 	if err != nil {
 		return nil, "", err
@@ -97,7 +97,7 @@ func startBroker(ctx context.Context, bins framework.Binaries, dir, pkiDir, kube
 	pprof := "127.0.0.1:" + strconv.Itoa(port)
 	b, err := framework.StartBroker(ctx, bins, framework.BrokerOptions{
 		Dir: dir, LogDir: filepath.Join(dir, "logs"), PKIDir: pkiDir, KCPKubeconfig: kubeconfig, Config: cfg,
-		ExtraArgs: []string{"--pprof-bind-address", pprof, "--heartbeat-interval", heartbeat.String()},
+		ExtraArgs: append([]string{"--pprof-bind-address", pprof, "--heartbeat-interval", heartbeat.String()}, extra...),
 	})
 	return b, pprof, err
 }
