@@ -28,6 +28,8 @@ type Report struct {
 	// none connected), connected (every edge connected, after the steady
 	// window) and after each storm.
 	Samples []Sample `json:"samples"`
+	// Idle is the CPU use before any edge connected: broker and kcp.
+	Idle CPUWindow `json:"idle"`
 	// Steady is the CPU use over the steady window, every edge connected
 	// and idle but for heartbeats: broker, kcp and this generator.
 	Steady CPUWindow `json:"steady"`
@@ -88,16 +90,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nsteady state, every edge connected, %.0fs window (CPU cores):", r.Steady.Seconds)
-	names := make([]string, 0, len(r.Steady.Cores))
-	for n := range r.Steady.Cores {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		fmt.Fprintf(w, " %s %.3f", n, r.Steady.Cores[n])
-	}
-	fmt.Fprintf(w, "; broker requests to kcp %.1f/s\n", r.Steady.KCPRequestsPerSecond)
+	fmt.Fprintln(w)
+	writeCPU(w, "idle, no edge connected", r.Idle)
+	writeCPU(w, "steady state, every edge connected", r.Steady)
 	if p, ok := r.PerEdge(); ok {
 		fmt.Fprintf(w, "per connected edge at the broker: RSS %.1f KiB, heap %.1f KiB, %.1f goroutines, %.2f millicores\n",
 			p.RSSBytes/1024, p.HeapBytes/1024, p.Goroutines, p.MilliCores)
@@ -112,6 +107,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 			v.OverCap, v.CapSeconds, v.BrokerCPUSeconds, v.KCPRequests, refusals(v.Refusals))
 	}
 	return tw.Flush()
+}
+
+// writeCPU writes one CPU window's line.
+func writeCPU(w io.Writer, what string, c CPUWindow) {
+	fmt.Fprintf(w, "%s, %.0fs window (CPU cores):", what, c.Seconds)
+	names := make([]string, 0, len(c.Cores))
+	for n := range c.Cores {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(w, " %s %.3f", n, c.Cores[n])
+	}
+	if c.KCPRequestsPerSecond > 0 {
+		fmt.Fprintf(w, "; broker requests to kcp %.1f/s", c.KCPRequestsPerSecond)
+	}
+	fmt.Fprintln(w)
 }
 
 func refusals(m map[string]float64) string {

@@ -130,8 +130,14 @@ func run(ctx context.Context, o options) error {
 	defer fleet.Stop()
 
 	// Idle: every edge configured, none connected; after the broker's
-	// start-up writes (one Lease per configured edge) have settled.
-	if err := sleep(ctx, 2*o.heartbeat); err != nil {
+	// start-up writes (one Lease per configured edge) have settled. What
+	// kcp spends here is its own cost of n APIExports, not the edges'.
+	if err := sleep(ctx, o.heartbeat); err != nil {
+		return err
+	}
+	step("idle: measuring CPU for %s", 2*o.heartbeat)
+	report.Idle, err = edgeload.MeasureCPU(ctx, map[string]int{"broker": broker.Pid(), "kcp": kcp.Pid()}, 2*o.heartbeat)
+	if err != nil {
 		return err
 	}
 	if err := addSample(ctx, report, "idle", broker, pprof, fleet); err != nil {
