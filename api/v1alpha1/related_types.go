@@ -50,6 +50,7 @@ func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
 // +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
 // +kubebuilder:validation:XValidation:rule="!has(self.object) || !has(self.object.selector) || self.origin == 'service'",message="object.selector finds objects by their labels on the service cluster, so it needs origin: service; for origin kcp locate the object by object.reference or object.template"
 // +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
+// +kubebuilder:validation:XValidation:rule="!has(self.watch) || self.origin == 'service'",message="watch narrows what the edge caches of a service-origin related kind on the service cluster; it needs origin: service (the broker watches kcp-origin objects through the APIExport's virtual workspace, not the edge)"
 // +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
 // +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
 // +kubebuilder:validation:XValidation:rule="!has(self.mutation)",message="mutation of related objects is not supported by ferry yet: shape the object on its origin side (e.g. with a spec mutation of the primary that names it)"
@@ -151,6 +152,28 @@ type RelatedResourceSpec struct {
 	// origin service.
 	// +optional
 	SyncStatus bool `json:"syncStatus,omitempty"`
+
+	// Watch narrows what the edge caches of the related kind on the
+	// service cluster, and so what it can find: with watch.labelSelector
+	// its informers list and watch only objects with those labels (the API
+	// server filters), and an object without them is not found — as if it
+	// did not exist — until it is labelled. Default: every object of the
+	// kind in the namespaces the edge may use. Only for origin service.
+	// +optional
+	Watch *RelatedResourceWatch `json:"watch,omitempty"`
+}
+
+// RelatedResourceWatch says which objects of a service-origin related kind
+// the edge caches. It is static: the same for every primary object, since
+// one informer serves them all.
+// +kubebuilder:validation:XValidation:rule="(has(self.labelSelector.matchLabels) && size(self.labelSelector.matchLabels) > 0) || (has(self.labelSelector.matchExpressions) && size(self.labelSelector.matchExpressions) > 0)",message="watch.labelSelector selects every object when it has neither matchLabels nor matchExpressions; name the labels the service's controller puts on the related objects (e.g. matchLabels: {app.kubernetes.io/managed-by: my-operator}), or leave watch out to cache every object of the kind"
+type RelatedResourceWatch struct {
+	// LabelSelector the related objects must match to be cached and
+	// found, e.g. the label the service's controller puts on every Secret
+	// it makes. Static: no templates (an informer is shared by every
+	// primary object).
+	// +required
+	LabelSelector metav1.LabelSelector `json:"labelSelector"`
 }
 
 // EffectiveIdentifier is the identifier, or its default: the resource when
