@@ -227,3 +227,38 @@ func TestWatchLabelSelectorNarrowsTheRelatedCache(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchLabelSelectorBoundsObjectSelector: a label-selected entry
+// (object.selector) with watch.labelSelector finds only objects matching
+// both, also when its informers cache every Secret (a kcp-origin entry of
+// secrets needs them all).
+func TestWatchLabelSelectorBoundsObjectSelector(t *testing.T) {
+	refs, err := related.Compile([]ferryv1alpha1.RelatedResourceSpec{{
+		Identifier: "certs", Origin: ferryv1alpha1.OriginService, Resource: "secrets", Version: "v1", Kind: "Secret",
+		Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+			Selector: &ferryv1alpha1.RelatedResourceObjectSelector{
+				LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"owner": "{{ .LocalObject.metadata.name }}"}},
+				Rewrite:       ferryv1alpha1.RelatedResourceSelectorRewrite{Template: &ferryv1alpha1.TemplateExpression{Template: "{{ .Value }}"}},
+			},
+		}},
+		Watch: &ferryv1alpha1.RelatedResourceWatch{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"managed-by": "db-operator"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := "acc-watchsel"
+	e, _, _ := testEngineWith(t, engineSetup{related: []Related{{Reference: refs[0], Local: secretsGVR}, kcpCredsRef(t)}, relatedClusterWide: true},
+		selectedSecret(ns, "a-app-1", map[string]string{"owner": "a-app", "managed-by": "db-operator"}),
+		selectedSecret(ns, "a-app-2", map[string]string{"owner": "a-app"}))
+	if got := secretListSelectors(e); slices.Contains(got, "managed-by=db-operator") {
+		t.Fatalf("listed with the selector though a kcp-origin entry of secrets needs every Secret: %q", got)
+	}
+	if _, err := e.opts.Dynamic.Resource(localGVR).Namespace(ns).Create(context.Background(), primaryIn("ws-a", ns, "a-app", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	waitFor(t, func() (bool, string) {
+		maps.Copy(states, selectedNames(e))
+		return states["ws-a"] == "a-app-1->a-app-1", fmt.Sprintf("states %v, want ws-a: a-app-1 only", states)
+	})
+}
