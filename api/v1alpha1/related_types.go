@@ -52,6 +52,7 @@ func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
 // +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
 // +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
 // +kubebuilder:validation:XValidation:rule="!has(self.mutation) || !has(self.mutation.status) || size(self.mutation.status) == 0 || (has(self.syncStatus) && self.syncStatus)",message="mutation.status rewrites the status carried with syncStatus: set syncStatus: true (origin service) or drop the status steps"
+// +kubebuilder:validation:XValidation:rule="!has(self.watch) || self.origin == 'service'",message="watch narrows what the edge caches of a service-origin related kind on the service cluster; it needs origin: service (the broker watches kcp-origin objects through the APIExport's virtual workspace, not the edge)"
 type RelatedResourceSpec struct {
 	// Identifier names the entry, unique within the PublishedResource; it
 	// labels the related copies. Default: the resource when set (e.g.
@@ -153,6 +154,28 @@ type RelatedResourceSpec struct {
 	// origin service.
 	// +optional
 	SyncStatus bool `json:"syncStatus,omitempty"`
+
+	// Watch narrows what the edge caches of the related kind on the
+	// service cluster, and so what it can find: with watch.labelSelector
+	// its informers list and watch only objects with those labels (the API
+	// server filters), and an object without them is not found — as if it
+	// did not exist — until it is labelled. Default: every object of the
+	// kind in the namespaces the edge may use. Only for origin service.
+	// +optional
+	Watch *RelatedResourceWatch `json:"watch,omitempty"`
+}
+
+// RelatedResourceWatch says which objects of a service-origin related kind
+// the edge caches. It is static: the same for every primary object, since
+// one informer serves them all.
+// +kubebuilder:validation:XValidation:rule="(has(self.labelSelector.matchLabels) && size(self.labelSelector.matchLabels) > 0) || (has(self.labelSelector.matchExpressions) && size(self.labelSelector.matchExpressions) > 0)",message="watch.labelSelector selects every object when it has neither matchLabels nor matchExpressions; name the labels the service's controller puts on the related objects (e.g. matchLabels: {app.kubernetes.io/managed-by: my-operator}), or leave watch out to cache every object of the kind"
+type RelatedResourceWatch struct {
+	// LabelSelector the related objects must match to be cached and
+	// found, e.g. the label the service's controller puts on every Secret
+	// it makes. Static: no templates (an informer is shared by every
+	// primary object).
+	// +required
+	LabelSelector metav1.LabelSelector `json:"labelSelector"`
 }
 
 // EffectiveIdentifier is the identifier, or its default: the resource when

@@ -344,8 +344,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.note(ctx, it, pk, "Warning", "RelatedUnresolved", fmt.Sprintf("related %q: %s", id, state.Unresolved.GetMessage()))
 		return nil
 	case *ferryv1.RelatedObjectReport_Gone:
-		m.note(ctx, it, pk, "Normal", "RelatedMissing", fmt.Sprintf("related %q: waiting for %s %s/%s in the service cluster",
-			id, ref.Kind.Kind, r.GetLocalNamespace(), r.GetLocalName()))
+		m.note(ctx, it, pk, "Normal", "RelatedMissing", relatedMissingMessage(ref, r.GetLocalNamespace(), r.GetLocalName()))
 		return m.deleteCopies(ctx, ref.Resource, copies, nil)
 	case *ferryv1.RelatedObjectReport_Error:
 		// The edge refuses to read the object (a place the tenant may not

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -60,6 +61,9 @@ type Reference struct {
 	// selector, when set, finds the objects by labels instead of name
 	// (object.selector; origin service only).
 	selector *selector
+	// watch, when set, is watch.labelSelector: only objects it matches are
+	// cached by the edge and found (watch.go; origin service only).
+	watch labels.Selector
 }
 
 // Env is what a related entry is evaluated with besides the primary
@@ -159,6 +163,13 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
 	if s.SyncStatus && origin != ferryv1alpha1.OriginService {
 		return nil, errors.New("syncStatus: only a service-origin related object's status is carried into kcp; set origin: service or drop syncStatus")
+	}
+	if s.Watch != nil {
+		w, err := compileWatch(s.Watch, origin)
+		if err != nil {
+			return nil, err
+		}
+		ref.watch = w
 	}
 	switch {
 	case s.Resource != "":
