@@ -209,6 +209,21 @@ bench-workspaces: tools ## Real-server benchmark: BENCH_WS_WORKSPACES x BENCH_WS
 	FERRY_BENCH_WS_WORKSPACES=$(BENCH_WS_WORKSPACES) FERRY_BENCH_WS_OBJECTS=$(BENCH_WS_OBJECTS) FERRY_BENCH_WS_SHARDS=$(BENCH_WS_SHARDS) FERRY_BENCH_PROFILES=$(BENCH_PROFILES) \
 		go test -run '^$$' -bench '^BenchmarkWorkspaces$$' -benchtime 1x -timeout 90m -v ./test/e2e/
 
+# Simulated edges against one broker (no service cluster: the edges hold no
+# objects). A load run, never part of make test.
+BENCH_EDGES        ?= 100
+BENCH_EDGES_STEADY ?= 60s
+# More ferry-broker flags, e.g. --max-concurrent-handshakes=0 (no admission bound).
+BENCH_EDGES_BROKER_ARGS ?=
+
+.PHONY: bench-edges
+bench-edges: $(KCP) ## Load benchmark: BENCH_EDGES simulated edges (own certificate and APIExport each) over mTLS against the real broker and kcp: broker CPU and memory per edge, handshakes/s, reconnect storms (table and JSON in BENCH_OUT).
+	go build -o bin/bench/ferry-broker ./broker/cmd/ferry-broker
+	go build -o bin/bench/edgeload ./test/cmd/edgeload
+	bin/bench/edgeload --edges $(BENCH_EDGES) --steady $(BENCH_EDGES_STEADY) --kcp-bin $(KCP) \
+	  --broker-bin $(CURDIR)/bin/bench/ferry-broker --dir $(CURDIR)/_artifacts/bench-edges --out $(BENCH_OUT) \
+	  $(foreach a,$(BENCH_EDGES_BROKER_ARGS),--broker-arg=$(a))
+
 .PHONY: bench-unit
 bench-unit: ## Micro-benchmarks of pure code (no servers).
 	go test -run '^$$' -bench . -benchmem $$(go list ./... | grep -v /test/)

@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Related objects: the spec.related[] entries of a PublishedResource.
@@ -52,7 +51,8 @@ func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
 // +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
 // +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
 // +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
-// +kubebuilder:validation:XValidation:rule="!has(self.mutation)",message="mutation of related objects is not supported by ferry yet: shape the object on its origin side (e.g. with a spec mutation of the primary that names it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.mutation) || !has(self.mutation.status) || size(self.mutation.status) == 0 || (has(self.syncStatus) && self.syncStatus)",message="mutation.status rewrites the status carried with syncStatus: set syncStatus: true (origin service) or drop the status steps"
+// +kubebuilder:validation:XValidation:rule="!has(self.watch) || self.origin == 'service'",message="watch narrows what the edge caches of a service-origin related kind on the service cluster; it needs origin: service (the broker watches kcp-origin objects through the APIExport's virtual workspace, not the edge)"
 type RelatedResourceSpec struct {
 	// Identifier names the entry, unique within the PublishedResource; it
 	// labels the related copies. Default: the resource when set (e.g.
@@ -134,14 +134,17 @@ type RelatedResourceSpec struct {
 	// +optional
 	Projection *RelatedResourceProjection `json:"projection,omitempty"`
 
-	// Mutation is api-syncagent's way of rewriting related objects on
-	// their way. Ferry does not mutate related objects yet, so a document
-	// that sets it is refused at admission rather than synced unmutated.
+	// Mutation rewrites the related object on its way to its destination
+	// side, with the steps of spec.mutation (delete, regex, template, cel).
+	// Spec steps run on the object's content (all but status) going from
+	// its origin to the destination — into kcp for origin service, into
+	// the service cluster for origin kcp. Status steps run on the status
+	// carried with syncStatus (origin service: from the service cluster
+	// into kcp) and need it. Templates and CEL see the related object as
+	// the mutated object, and its service-cluster and kcp versions as far
+	// as they are known.
 	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Type=object
-	// +kubebuilder:validation:Schemaless
-	Mutation *runtime.RawExtension `json:"mutation,omitempty"`
+	Mutation *ResourceMutationSpec `json:"mutation,omitempty"`
 
 	// SyncStatus carries the related object's status along with it
 	// (default false: status stays on its side). For origin service the
@@ -151,6 +154,28 @@ type RelatedResourceSpec struct {
 	// origin service.
 	// +optional
 	SyncStatus bool `json:"syncStatus,omitempty"`
+
+	// Watch narrows what the edge caches of the related kind on the
+	// service cluster, and so what it can find: with watch.labelSelector
+	// its informers list and watch only objects with those labels (the API
+	// server filters), and an object without them is not found — as if it
+	// did not exist — until it is labelled. Default: every object of the
+	// kind in the namespaces the edge may use. Only for origin service.
+	// +optional
+	Watch *RelatedResourceWatch `json:"watch,omitempty"`
+}
+
+// RelatedResourceWatch says which objects of a service-origin related kind
+// the edge caches. It is static: the same for every primary object, since
+// one informer serves them all.
+// +kubebuilder:validation:XValidation:rule="(has(self.labelSelector.matchLabels) && size(self.labelSelector.matchLabels) > 0) || (has(self.labelSelector.matchExpressions) && size(self.labelSelector.matchExpressions) > 0)",message="watch.labelSelector selects every object when it has neither matchLabels nor matchExpressions; name the labels the service's controller puts on the related objects (e.g. matchLabels: {app.kubernetes.io/managed-by: my-operator}), or leave watch out to cache every object of the kind"
+type RelatedResourceWatch struct {
+	// LabelSelector the related objects must match to be cached and
+	// found, e.g. the label the service's controller puts on every Secret
+	// it makes. Static: no templates (an informer is shared by every
+	// primary object).
+	// +required
+	LabelSelector metav1.LabelSelector `json:"labelSelector"`
 }
 
 // EffectiveIdentifier is the identifier, or its default: the resource when
@@ -182,7 +207,12 @@ type RelatedResourceReference struct {
 // ResourceLocator evaluates a field path on an object, optionally rewritten
 // by a regular expression.
 type ResourceLocator struct {
-	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// Path is a dot-separated field path, e.g. "spec.secretName". For the
+	// name of an origin service entry it may hold one "#" (gjson's syntax)
+	// for every item of a list, e.g. "spec.users.#.name" or
+	// "spec.secretNames.#": one related object per item, matched by
+	// position between the kcp object and its local copy. A namespace
+	// path names one value.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	Path string `json:"path"`
@@ -248,7 +278,9 @@ type RelatedResourceObjectSpec struct {
 // RelatedResourceObjectReference is a path on the primary object, with an
 // optional regular expression applied to the value found.
 type RelatedResourceObjectReference struct {
-	// Path is a dot-separated field path, e.g. "spec.secretName".
+	// Path is a dot-separated field path, e.g. "spec.secretName"; for the
+	// object's name (origin service) it may hold one "#" for every item of
+	// a list, e.g. "spec.users.#.name" (see ResourceLocator.Path).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	Path string `json:"path"`

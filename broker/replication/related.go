@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/pkg/logging"
+	"github.com/ferry-dev/ferry/pkg/mutation"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -256,14 +257,21 @@ func (m *Manager) processRelated(ctx context.Context, it item) error {
 	sent := relatedDeleted
 	if exists {
 		src := raw.(*unstructured.Unstructured)
-		data, err := json.Marshal(objects.RelatedContent(src).Object)
+		content := objects.RelatedContent(src)
+		// The entry's mutation shapes what the edge writes; the state is
+		// the hash of exactly that (the edge's inventory lists it).
+		if err := ref.MutateContent(content.Object, mutation.Objects{Remote: src.Object}); err != nil {
+			m.note(ctx, it, primaryKey, "Warning", "RelatedMutationFailed", fmt.Sprintf("%v; %s %s/%s is not sent to the service cluster", err, ref.Kind.Kind, ns, name))
+			return nil
+		}
+		data, err := json.Marshal(content.Object)
 		if err != nil {
 			return fmt.Errorf("cannot encode %s: %w", srcKey, err)
 		}
 		in.Key.Uid = string(src.GetUID())
 		in.Version.ResourceVersion = src.GetResourceVersion()
 		in.Operation = &ferryv1.SyncIntent_Upsert{Upsert: &ferryv1.UpsertIntent{Object: data}}
-		sent = relatedState(cluster, ns, name, string(src.GetUID()), objects.RelatedHash(src))
+		sent = relatedState(cluster, ns, name, string(src.GetUID()), objects.RelatedHash(content))
 		m.clearNote(it)
 	} else {
 		in.Operation = &ferryv1.SyncIntent_Delete{Delete: &ferryv1.DeleteIntent{}}
@@ -336,8 +344,7 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.note(ctx, it, pk, "Warning", "RelatedUnresolved", fmt.Sprintf("related %q: %s", id, state.Unresolved.GetMessage()))
 		return nil
 	case *ferryv1.RelatedObjectReport_Gone:
-		m.note(ctx, it, pk, "Normal", "RelatedMissing", fmt.Sprintf("related %q: waiting for %s %s/%s in the service cluster",
-			id, ref.Kind.Kind, r.GetLocalNamespace(), r.GetLocalName()))
+		m.note(ctx, it, pk, "Normal", "RelatedMissing", relatedMissingMessage(ref, r.GetLocalNamespace(), r.GetLocalName()))
 		return m.deleteCopies(ctx, ref.Resource, copies, nil)
 	case *ferryv1.RelatedObjectReport_Error:
 		// The edge refuses to read the object (a place the tenant may not
@@ -353,17 +360,20 @@ func (m *Manager) WriteRelated(ctx context.Context, pr string, r *ferryv1.Relate
 		m.note(ctx, it, pk, "Warning", reason, state.Error.GetMessage())
 		return m.deleteCopies(ctx, ref.Resource, copies, nil)
 	case *ferryv1.RelatedObjectReport_Object:
-		if ref.IsSelector() {
-			return fmt.Errorf("%w: related %q selects its objects by labels; the report names one object", ErrRefused, id)
+		if ref.IsSelector() || ref.IsList() {
+			return fmt.Errorf("%w: related %q names several objects; the report names one", ErrRefused, id)
 		}
 		if err := json.Unmarshal(state.Object, &content); err != nil {
 			return fmt.Errorf("%w: the related object is not JSON: %v", ErrRefused, err)
 		}
 	case *ferryv1.RelatedObjectReport_Objects:
-		if !ref.IsSelector() {
-			return fmt.Errorf("%w: related %q locates one object by name; the report holds a set", ErrRefused, id)
+		switch {
+		case ref.IsSelector():
+			return m.writeRelatedSet(ctx, it, pk, primary, ref, copies, state.Objects)
+		case ref.IsList():
+			return m.writeRelatedList(ctx, it, pk, primary, ref, copies, state.Objects)
 		}
-		return m.writeRelatedSet(ctx, it, pk, primary, ref, copies, state.Objects)
+		return fmt.Errorf("%w: related %q locates one object by name; the report holds a set", ErrRefused, id)
 	default:
 		return fmt.Errorf("%w: the report has no state", ErrRefused)
 	}
@@ -450,8 +460,10 @@ func (m *Manager) writeRelatedSet(ctx context.Context, it item, pk *ferryv1.Obje
 func (m *Manager) writeCopy(ctx context.Context, it item, pk *ferryv1.ObjectKey, primary *unstructured.Unstructured, ref *related.Reference, ns, name string, content map[string]any, existing *unstructured.Unstructured) error {
 	id := ref.Identifier
 	desired := objects.RelatedContent(&unstructured.Unstructured{Object: content})
-	if st, ok := content["status"]; ok && ref.SyncStatus {
-		desired.Object["status"] = st
+	// The entry's mutation shapes the copy (related_mutation.go).
+	if err := mutateCopy(ref, desired, content, existing); err != nil {
+		m.note(ctx, it, pk, "Warning", "RelatedMutationFailed", fmt.Sprintf("%v; %s %s/%s is not written", err, ref.Kind.Kind, ns, name))
+		return nil
 	}
 	desired.SetAPIVersion(ref.Kind.GroupVersion().String())
 	desired.SetKind(ref.Kind.Kind)

@@ -42,4 +42,7 @@ const (
 	// refusedRevocationsUnknown: the blocks of the edge's workspace could
 	// not be read from kcp.
 	refusedRevocationsUnknown = "revocations_unavailable"
+	// refusedBusy: too many handshakes in progress (AdmissionOptions);
+	// the edge retries after the delay it was given.
+	refusedBusy = "busy"
 )

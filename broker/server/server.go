@@ -82,6 +82,9 @@ type Options struct {
 	// edge is served only by the replica that owns it, and sent there by
 	// the others); nil: this broker serves every export.
 	Ownership *ownership.Owners
+	// Admission bounds the handshakes in progress; a zero value bounds
+	// nothing.
+	Admission AdmissionOptions
 }
 
 // Server is the broker's gRPC server.
@@ -135,6 +138,7 @@ func New(o Options) *Server {
 		revocations:       o.Revocations,
 		enrolment:         enrol,
 		owners:            o.Ownership,
+		admission:         newAdmission(o.Admission),
 	})
 	ferryv1.RegisterAdminServiceServer(g, &adminService{
 		cfg: o.Config, registry: registry, engines: engs, workspaces: workspaceResolverOf(o.Resolver),

@@ -58,6 +58,8 @@ type syncService struct {
 	// owners decides which replica serves an export; nil: this broker
 	// serves every export (a single replica).
 	owners *ownership.Owners
+	// admission bounds the handshakes in progress (nil: unbounded).
+	admission *admission
 }
 
 var _ ferryv1.SyncServiceServer = (*syncService)(nil)
@@ -89,6 +91,26 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 			"identity %q is not configured at this broker: add it to edges[] in the broker configuration", id)
 	}
 	log = log.WithValues(logging.KeyExport, edgeCfg.APIExport.String())
+	// Everything from here to the BrokerHello may read kcp: bounded (see
+	// AdmissionOptions); the slot is released once the hello is sent.
+	admitted, err := s.admission.acquire(ctx)
+	if err != nil {
+		var busy *busyError
+		if errors.As(err, &busy) {
+			log.V(1).Info("refused edge: too many handshakes in progress", "retryAfter", busy.retryAfter.String())
+			s.metrics.HandshakeRefused(refusedBusy)
+			return busy.GRPCStatus().Err()
+		}
+		return status.FromContextError(err).Err()
+	}
+	handshaking := true
+	endHandshake := func() {
+		if handshaking {
+			handshaking = false
+			admitted()
+		}
+	}
+	defer endHandshake()
 	if err := s.refuseRevoked(ctx, log, peer); err != nil {
 		return err
 	}
@@ -207,6 +229,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	if err != nil {
 		return err
 	}
+	endHandshake()
 	log = log.WithValues(logging.KeySession, sess.ID)
 	log.Info("edge connected", logging.KeyProtocolVersion, negotiated, logging.KeyLogicalCluster, state.LogicalCluster)
 	edgeLease := s.leases.connected(sess, edgeCfg, eng, interval)

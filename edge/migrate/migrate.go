@@ -213,17 +213,34 @@ func (r *Result) spec(spec map[string]any, schema apiextensionsv1.JSONSchemaProp
 }
 
 // related drops what ferry refuses in a related entry: related kinds of
-// other APIExports, projections and mutations of related objects.
+// other APIExports and projections. Its mutation is carried over like the
+// primary's (Rudi steps dropped); status steps only with syncStatus.
 func (r *Result) related(path string, entry map[string]any) {
 	for _, f := range []struct{ field, why string }{
 		{"identityHash", "ferry does not relate kinds of another APIExport yet; relate kinds kcp serves in every workspace (e.g. secrets, configmaps)"},
 		{"projection", "ferry relates a kind under the same group, version and resource on both sides; a projected related kind cannot be carried over"},
-		{"mutation", "ferry does not mutate related objects yet; shape the object on its origin side (e.g. a spec mutation of the primary that names it)"},
 	} {
 		if _, set := entry[f.field]; set {
 			delete(entry, f.field)
 			r.Changes = append(r.Changes, Change{Path: path + "." + f.field, Kind: Lossy, Message: f.why})
 		}
+	}
+	m, ok := entry["mutation"].(map[string]any)
+	if !ok {
+		return
+	}
+	r.mutations(path+".mutation", m)
+	if sync, _ := entry["syncStatus"].(bool); !sync {
+		if _, set := m["status"]; set {
+			// api-syncagent runs them on the status a kcp-origin object's
+			// copy gets on the service cluster, which ferry does not carry.
+			delete(m, "status")
+			r.Changes = append(r.Changes, Change{Path: path + ".mutation.status", Kind: Lossy,
+				Message: "ferry carries a related object's status only with syncStatus (origin service, from the service cluster into kcp), and runs status steps on that; the status of a kcp-origin object's copy is not synced back"})
+		}
+	}
+	if len(m) == 0 {
+		delete(entry, "mutation")
 	}
 }
 

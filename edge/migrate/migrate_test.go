@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -85,6 +86,7 @@ func TestConvert(t *testing.T) {
 		wantErr   string
 		wantLossy []string // paths
 		wantPath  map[string]any
+		wantJSON  string // a part of the result, as JSON
 	}{{
 		name:    "not a PublishedResource",
 		doc:     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}",
@@ -103,7 +105,15 @@ func TestConvert(t *testing.T) {
 	}, {
 		name:      "related fields ferry refuses",
 		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, identityHash: abc, projection: {group: x}, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
-		wantLossy: []string{"spec.related[0].identityHash", "spec.related[0].projection", "spec.related[0].mutation"},
+		wantLossy: []string{"spec.related[0].identityHash", "spec.related[0].projection", "spec.related[0].mutation.status[0].rudi"},
+	}, {
+		name:     "related mutation carried over",
+		doc:      "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, kind: Secret, object: {reference: {path: spec.users.#.name}}, mutation: {spec: [{regex: {path: data.x, pattern: a, replacement: b}}]}}]}",
+		wantJSON: `"mutation":{"spec":[{"regex":{"path":"data.x","pattern":"a","replacement":"b"}}]}`,
+	}, {
+		name:      "related status mutation needs syncStatus",
+		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, kind: Secret, object: {reference: {path: spec.s}}, mutation: {status: [{delete: {path: status.x}}]}}]}",
+		wantLossy: []string{"spec.related[0].mutation.status"},
 	}, {
 		name:      "top-level junk",
 		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}}\nextra: 1",
@@ -136,6 +146,15 @@ func TestConvert(t *testing.T) {
 			}
 			if r.Lossy() != (len(tt.wantLossy) > 0) {
 				t.Errorf("Lossy() = %v", r.Lossy())
+			}
+			if tt.wantJSON != "" {
+				data, err := json.Marshal(r.Object)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(string(data), tt.wantJSON) {
+					t.Errorf("result %s lacks %s", data, tt.wantJSON)
+				}
 			}
 			if r.Object["apiVersion"] != "ferry.dev/v1alpha1" {
 				t.Errorf("apiVersion %v", r.Object["apiVersion"])

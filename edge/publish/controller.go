@@ -36,6 +36,7 @@ import (
 	"github.com/ferry-dev/ferry/edge/replication"
 	"github.com/ferry-dev/ferry/pkg/projection"
 	"github.com/ferry-dev/ferry/pkg/related"
+	"github.com/ferry-dev/ferry/pkg/templating"
 )
 
 // Field indexes: CRDs and PublishedResources by "group/kind".
@@ -728,6 +729,9 @@ func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *ap
 				return nil, fmt.Errorf("%s: resource %s is not served by the service cluster (write the lowercase plural, e.g. secrets, with its group and version): %w", where, ref.Resource, err)
 			}
 			ref.ResolveKind(gvk.Kind)
+		}
+		if err := ref.CheckMutation(templating.SampleData(ref.Kind.GroupVersion().String(), ref.Kind.Kind, true)); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		if ref.UsesClusterPath() && !pr.Spec.EnableWorkspacePaths {
 			return nil, fmt.Errorf("%s: a template reads .ClusterPath, which is known only with spec.enableWorkspacePaths: true", where)

@@ -55,6 +55,16 @@ func TestRelatedResourceSpelling(t *testing.T) {
 			wantErr: "known only with spec.enableWorkspacePaths"},
 		{name: "cluster path with workspace paths", entry: ferryv1alpha1.RelatedResourceSpec{Resource: "secrets", Object: tmpl("{{ .ClusterPath }}")},
 			workspacePaths: true, wantKind: "Secret", wantLocal: "/v1, Resource=secrets"},
+		{name: "list reference with a mutation", entry: ferryv1alpha1.RelatedResourceSpec{Resource: "secrets", Version: "v1",
+			Object: &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+				Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.users.#.name"}}},
+			Mutation: &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
+				{Template: &ferryv1alpha1.TemplateMutation{Path: "metadata.labels.owner", Template: "{{ .Object.metadata.name }}"}}}}},
+			wantKind: "Secret", wantLocal: "/v1, Resource=secrets"},
+		{name: "mutation template reading what the data model lacks", entry: ferryv1alpha1.RelatedResourceSpec{Resource: "secrets", Object: objRef,
+			Mutation: &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
+				{Template: &ferryv1alpha1.TemplateMutation{Path: "metadata.labels.owner", Template: "{{ .Workspace }}"}}}}},
+			wantErr: "spec.related[creds]: mutation.spec[0].template"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pr := widgetPR("widgets", time.Now(), nil)

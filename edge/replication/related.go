@@ -195,8 +195,12 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		RelatedTo: &ferryv1.RelatedTo{Primary: rk.primary.objectKey(), Identifier: ref.Identifier},
 		Resource:  &ferryv1.GroupVersionResource{Group: ref.Local.Group, Version: ref.Local.Version, Resource: ref.Local.Resource},
 	}
-	if ref.IsSelector() {
+	switch {
+	case ref.IsSelector():
 		e.reportSelectedLocked(primary, ref, rw, rk, remote, report)
+		return
+	case ref.IsList():
+		e.reportListedLocked(primary, ref, rw, rk, remote, report)
 		return
 	}
 	ns, name, err := ref.Locate(primary.Object, serviceEnv(remote))
@@ -218,7 +222,10 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 		}
 		at = gvrKey(ref.Local, ns, name)
 		report.LocalNamespace, report.LocalName = ns, name
-		if u, exists := rw.get(ns, name); exists {
+		// An object without the labels of the entry's watch.labelSelector
+		// is not found, also when the informer caches it for another entry
+		// of the kind (relatedwatch_selector.go).
+		if u, exists := rw.get(ns, name); exists && ref.Watches(u.GetLabels()) {
 			data, err := json.Marshal(relatedPayload(ref, u).Object)
 			if err != nil {
 				return

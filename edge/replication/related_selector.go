@@ -113,9 +113,9 @@ func (e *Engine) setMembersLocked(rk relKey, keys []string) []string {
 	return changed
 }
 
-// selectRelated lists the objects in ns of rw that sel matches — never
-// ferry's own copies of kcp-origin related objects — with their kcp
-// names, and their member keys.
+// selectRelated lists the objects in ns of rw that sel and the entry's
+// watch.labelSelector match — never ferry's own copies of kcp-origin
+// related objects — with their kcp names, and their member keys.
 func selectRelated(rw *relatedWatch, ref *Related, primary *unstructured.Unstructured, ns string, sel labels.Selector, remote naming.Remote) (*ferryv1.RelatedObjectSet, []string, error) {
 	s := rw.space(ns)
 	set := &ferryv1.RelatedObjectSet{}
@@ -123,7 +123,7 @@ func selectRelated(rw *relatedWatch, ref *Related, primary *unstructured.Unstruc
 	byName := map[string]string{}
 	for _, raw := range s.store.List() {
 		u, ok := raw.(*unstructured.Unstructured)
-		if !ok || u.GetNamespace() != ns || u.GetLabels()[naming.LabelRelatedTo] != "" || !sel.Matches(labels.Set(u.GetLabels())) {
+		if !ok || u.GetNamespace() != ns || u.GetLabels()[naming.LabelRelatedTo] != "" || !sel.Matches(labels.Set(u.GetLabels())) || !ref.Watches(u.GetLabels()) {
 			continue
 		}
 		content := relatedPayload(ref, u)

@@ -19,9 +19,13 @@ import (
 // ever held in memory. With Options.RelatedClusterWide (the service owner's
 // opt-in) it is one informer for the whole cluster: fewer watches when the
 // edge serves very many workspaces, at the price of caching every object of
-// the kind.
+// the kind. Either way it may list and watch only the objects with the
+// labels of the entries' watch.labelSelector (relatedwatch_selector.go).
 type relatedWatch struct {
 	gvr schema.GroupVersionResource
+	// selector is the label selector the informers list and watch with
+	// ("" for every object).
+	selector string
 	// spaces are the informers by namespace; "" is the whole cluster.
 	spaces map[string]*relatedSpace
 }
@@ -138,14 +142,12 @@ func (e *Engine) ensureRelatedWatchesLocked() {
 	if e.ctx == nil {
 		return
 	}
-	needed := map[schema.GroupVersionResource]bool{}
-	for _, p := range e.published {
-		for _, r := range p.Related {
-			needed[r.Local] = true
-		}
-	}
+	needed := relatedInformerSelectors(e.published)
 	for gvr, rw := range e.relWatches {
-		if !needed[gvr] {
+		if sel, ok := needed[gvr]; !ok || sel != rw.selector {
+			// Not needed, or to list with another selector: the
+			// informers start again, and references wait for them to
+			// list (waitForSpaceLocked) as at the start.
 			rw.stop()
 			delete(e.relWatches, gvr)
 		}
@@ -154,10 +156,10 @@ func (e *Engine) ensureRelatedWatchesLocked() {
 		return
 	}
 	namespaces := e.relatedNamespacesLocked()
-	for gvr := range needed {
+	for gvr, sel := range needed {
 		rw, ok := e.relWatches[gvr]
 		if !ok {
-			rw = &relatedWatch{gvr: gvr, spaces: map[string]*relatedSpace{}}
+			rw = &relatedWatch{gvr: gvr, selector: sel, spaces: map[string]*relatedSpace{}}
 			e.relWatches[gvr] = rw
 		}
 		for ns, s := range rw.spaces {
@@ -182,9 +184,9 @@ func (e *Engine) startRelatedSpaceLocked(rw *relatedWatch, ns string) {
 	s := &relatedSpace{cancel: cancel}
 	rw.spaces[ns] = s
 	ri := e.opts.Dynamic.Resource(rw.gvr)
-	lw := watching.ListWatch(ri, "")
+	lw := watching.ListWatch(ri, rw.selector)
 	if ns != "" {
-		lw = watching.ListWatch(ri.Namespace(ns), "")
+		lw = watching.ListWatch(ri.Namespace(ns), rw.selector)
 	}
 	informer := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{relatedOwnerIndex: indexByRelatedOwner})
 	_ = informer.SetTransform(e.relatedTransform)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -192,7 +193,7 @@ func (c *Client) Run(ctx context.Context) error {
 			log.Info("stream to broker ended; reconnecting", logging.KeyReason, err.Error())
 			continue
 		}
-		delay := c.opts.Backoff.Next()
+		delay := brokerDelay(c.opts.Backoff.Next(), err, c.opts.Backoff.Max)
 		logStreamEnd(log, err, delay, attempt)
 		select {
 		case <-ctx.Done():
@@ -200,6 +201,25 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// brokerDelay is the reconnect delay after err: the backoff's, or longer
+// when the broker refused the stream as busy with a retry delay
+// (RESOURCE_EXHAUSTED with RetryInfo, a bounded handshake admission), which
+// the edge waits at least, up to its own backoff cap: a busy broker spreads
+// a reconnect storm out, but never keeps an edge away longer than the edge
+// would wait anyway.
+func brokerDelay(backoff time.Duration, err error, ceiling time.Duration) time.Duration {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return backoff
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return max(backoff, min(ri.GetRetryDelay().AsDuration(), ceiling))
+		}
+	}
+	return backoff
 }
 
 // attemptResult is the result label of a stream attempt the broker did

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -54,9 +55,15 @@ type Reference struct {
 
 	name      locator
 	namespace *locator
+	// mutation rewrites the object on its way to the destination
+	// (mutation.go); nil when the entry has none.
+	mutation *mutations
 	// selector, when set, finds the objects by labels instead of name
 	// (object.selector; origin service only).
 	selector *selector
+	// watch, when set, is watch.labelSelector: only objects it matches are
+	// cached by the edge and found (watch.go; origin service only).
+	watch labels.Selector
 }
 
 // Env is what a related entry is evaluated with besides the primary
@@ -85,6 +92,9 @@ type locator struct {
 	// tmpl, when set, computes the value instead of path.
 	tmpl     *templating.Template
 	tmplText string
+	// items, when set, is a path with a "#" (list.go): the locator yields
+	// one value per item, and path is unset.
+	items *fieldpath.ListPath
 }
 
 // Compile checks and compiles specs; the error names the entry and field at
@@ -144,8 +154,6 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 		return nil, errors.New("identityHash: related kinds of another APIExport are not supported yet")
 	case s.Projection != nil:
 		return nil, errors.New("projection: a related kind is related under the same group, version and resource on both sides")
-	case s.Mutation != nil:
-		return nil, errors.New("mutation: related objects are not mutated yet")
 	}
 	version := s.Version
 	if version == "" {
@@ -155,6 +163,13 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
 	if s.SyncStatus && origin != ferryv1alpha1.OriginService {
 		return nil, errors.New("syncStatus: only a service-origin related object's status is carried into kcp; set origin: service or drop syncStatus")
+	}
+	if s.Watch != nil {
+		w, err := compileWatch(s.Watch, origin)
+		if err != nil {
+			return nil, err
+		}
+		ref.watch = w
 	}
 	switch {
 	case s.Resource != "":
@@ -175,7 +190,7 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	case s.Reference != nil && s.Object != nil:
 		return nil, errors.New("set reference or object, not both")
 	case s.Reference != nil:
-		name, err := compileLocator("reference.name", s.Reference.Name)
+		name, err := compileNameLocator("reference.name", s.Reference.Name, origin)
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +203,7 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 			ref.namespace = &ns
 		}
 	case s.Object != nil:
-		name, err := compileObject("object", s.Object.RelatedResourceObjectSpec)
+		name, err := compileObject("object", s.Object.RelatedResourceObjectSpec, origin)
 		switch {
 		case errors.Is(err, errSelector):
 			if origin != ferryv1alpha1.OriginService {
@@ -202,7 +217,7 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 		}
 		ref.name = name
 		if s.Object.Namespace != nil {
-			ns, err := compileObject("object.namespace", *s.Object.Namespace)
+			ns, err := compileObject("object.namespace", *s.Object.Namespace, origin)
 			if errors.Is(err, errSelector) {
 				return nil, errors.New("object.namespace.selector: namespaces cannot be selected by labels; locate the namespace by reference or template (default: the primary's namespace)")
 			}
@@ -214,11 +229,16 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	default:
 		return nil, errors.New("set reference or object to say where the related object is")
 	}
+	mut, err := compileMutation(s.Mutation, s.SyncStatus)
+	if err != nil {
+		return nil, err
+	}
+	ref.mutation = mut
 	return ref, nil
 }
 
 // compileObject compiles one level of api-syncagent's object spelling.
-func compileObject(field string, o ferryv1alpha1.RelatedResourceObjectSpec) (locator, error) {
+func compileObject(field string, o ferryv1alpha1.RelatedResourceObjectSpec, origin ferryv1alpha1.RelatedResourceOrigin) (locator, error) {
 	n := 0
 	for _, set := range []bool{o.Reference != nil, o.Template != nil, o.Selector != nil} {
 		if set {
@@ -230,7 +250,11 @@ func compileObject(field string, o ferryv1alpha1.RelatedResourceObjectSpec) (loc
 	}
 	switch {
 	case o.Reference != nil:
-		return compileLocator(field+".reference", ferryv1alpha1.ResourceLocator{Path: o.Reference.Path, Regex: o.Reference.Regex})
+		l := ferryv1alpha1.ResourceLocator{Path: o.Reference.Path, Regex: o.Reference.Regex}
+		if field == "object" {
+			return compileNameLocator(field+".reference", l, origin)
+		}
+		return compileLocator(field+".reference", l)
 	case o.Template != nil:
 		t, err := templating.Parse(field+".template", o.Template.Template)
 		if err != nil {
@@ -247,11 +271,22 @@ func compileObject(field string, o ferryv1alpha1.RelatedResourceObjectSpec) (loc
 var errSelector = errors.New("selector")
 
 func compileLocator(field string, l ferryv1alpha1.ResourceLocator) (locator, error) {
-	path, err := fieldpath.Parse(l.Path)
+	lp, err := fieldpath.ParseList(l.Path)
 	if err != nil {
 		return locator{}, fmt.Errorf("%s.path: %w", field, err)
 	}
-	loc := locator{field: field, path: path}
+	if lp.IsList() {
+		return locator{}, fmt.Errorf("%s.path %q lists several values (%q), but a namespace is one: every object of the entry lives in the namespace it names; "+
+			"point at one value, e.g. spec.namespace, or leave the namespace out for the primary's", field, l.Path, fieldpath.ListMarker)
+	}
+	return withRegex(locator{field: field, path: lp.Each}, l.Regex)
+}
+
+// withRegex adds the regex of a locator (none when nil) to loc.
+func withRegex(loc locator, regex *ferryv1alpha1.RegexReplacement) (locator, error) {
+	field := loc.field
+	l := ferryv1alpha1.ResourceLocator{Regex: regex}
+	var err error
 	if l.Regex == nil {
 		return loc, nil
 	}
@@ -317,6 +352,9 @@ func (r *Reference) Locate(primary map[string]any, env Env) (namespace, name str
 	if r.selector != nil {
 		return "", "", fmt.Errorf("related %q selects its objects by labels: they have no name to locate", r.Identifier)
 	}
+	if r.name.items != nil {
+		return "", "", fmt.Errorf("related %q lists several objects: locate them with LocateList", r.Identifier)
+	}
 	if name, err = r.name.eval(primary, env); err != nil {
 		return "", "", fmt.Errorf("related %q: %w", r.Identifier, err)
 	}
@@ -379,8 +417,12 @@ func (l locator) describe() string {
 	if l.tmpl != nil {
 		return l.field
 	}
-	if l.re != nil {
-		return fmt.Sprintf("%s (path %s rewritten by %q)", l.field, l.path, l.re.String())
+	path := l.path.String()
+	if l.items != nil {
+		path = l.items.String()
 	}
-	return fmt.Sprintf("%s (path %s)", l.field, l.path)
+	if l.re != nil {
+		return fmt.Sprintf("%s (path %s rewritten by %q)", l.field, path, l.re.String())
+	}
+	return fmt.Sprintf("%s (path %s)", l.field, path)
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime"
-
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 )
 
@@ -125,8 +123,40 @@ func TestCompileErrors(t *testing.T) {
 		{name: "projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
 			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
 		}, wantErr: "projection: a related kind is related under the same"},
-		{name: "mutation", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Mutation = &runtime.RawExtension{Raw: []byte(`{}`)} },
-			wantErr: "mutation: related objects are not mutated yet"},
+		{name: "mutation with a bad regex", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Mutation = &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
+				{Regex: &ferryv1alpha1.RegexMutation{Path: "data.x", Pattern: "(", Replacement: "y"}}}}
+		}, wantErr: "spec.related[creds]: mutation.spec[0].regex"},
+		{name: "mutation with a bad CEL expression", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Mutation = &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
+				{CEL: &ferryv1alpha1.CELMutation{Path: "data.x", Expression: "object.("}}}}
+		}, wantErr: "mutation.spec[0].cel"},
+		{name: "mutation with a rudi step", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Mutation = &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{{Rudi: &ferryv1alpha1.RudiMutation{}}}}
+		}, wantErr: "mutation.spec[0].rudi: Rudi is not supported"},
+		{name: "status mutation without syncStatus", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Mutation = &ferryv1alpha1.ResourceMutationSpec{Status: []ferryv1alpha1.ResourceMutation{
+				{Delete: &ferryv1alpha1.DeleteMutation{Path: "status.secret"}}}}
+		}, wantErr: "mutation.status: a related object's status travels only with syncStatus"},
+		{name: "list path for origin kcp", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Origin, s.Reference.Name.Path = ferryv1alpha1.OriginKCP, "spec.users.#.name"
+		}, wantErr: "supports for origin service only so far"},
+		{name: "list path with two #", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Reference.Name.Path = "spec.a.#.b.#.c" },
+			wantErr: "reference.name.path: path \"spec.a.#.b.#.c\" has more than one"},
+		{name: "list path starting with #", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Reference.Name.Path = "#.name" },
+			wantErr: "starts with"},
+		{name: "list path with a static name", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Reference.Name = ferryv1alpha1.ResourceLocator{Path: "spec.users.#.name", Regex: &ferryv1alpha1.RegexReplacement{Replacement: "x"}}
+		}, wantErr: "gives every item the same static name"},
+		{name: "list path for the namespace", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Reference.Namespace = &ferryv1alpha1.ResourceLocator{Path: "spec.users.#.ns"}
+		}, wantErr: "reference.namespace.path \"spec.users.#.ns\" lists several values"},
+		{name: "list path for object.namespace", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Reference = nil
+			s.Object = &ferryv1alpha1.RelatedResourceObject{
+				RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.users.#.name"}},
+				Namespace:                 &ferryv1alpha1.RelatedResourceObjectSpec{Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.users.#.ns"}}}
+		}, wantErr: "object.namespace.reference.path"},
 		{name: "uppercase resource", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind, s.Resource = "", "Secrets" },
 			wantErr: `resource "Secrets": the lowercase plural`},
 		{name: "reference and object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {

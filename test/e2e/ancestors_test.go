@@ -156,6 +156,17 @@ func TestAncestorRefusalsAtAdmission(t *testing.T) {
 			"related: [{origin: service, kind: Secret, reference: {name: {path: a}}}, {origin: platform, kind: Secret, reference: {name: {path: b}}}]",
 			refused: "set identifier on the entries of the same kind"},
 		{name: "ancrefallversions", spec: "resource: {apiGroup: refusals.ancestors.example, kind: Widget}"},
+		// Related mutations: the primary's steps; status steps need
+		// syncStatus, Rudi is refused as for the primary.
+		{name: "ancrefrelstatusmut", spec: resource +
+			"related: [{identifier: a, origin: kcp, resource: secrets, object: {reference: {path: spec.s}}, mutation: {status: [{delete: {path: status.x}}]}}]",
+			refused: "mutation.status rewrites the status carried with syncStatus"},
+		{name: "ancrefrelrudi", spec: resource +
+			"related: [{identifier: a, origin: kcp, resource: secrets, object: {reference: {path: spec.s}}, mutation: {spec: [{rudi: {script: x}}]}}]",
+			refused: "Rudi is not supported: write it as cel"},
+		// api-syncagent's list reference, with a mutation of each object.
+		{name: "ancrefrellistmut", spec: resource + `related: [{identifier: a, origin: service, resource: secrets, object: {reference: {path: spec.users.#.name, regex: {pattern: '^(.*)$', replacement: '\1-creds'}}},
+  mutation: {spec: [{regex: {path: metadata.labels.tier, pattern: '^internal-(.*)$', replacement: '\1'}}, {cel: {path: metadata.labels.by, expression: "'ferry'"}}]}}]`},
 		{name: "ancrefspellings", spec: resource + `filter: {namespace: my-app}
 related: [{origin: platform, kind: ConfigMap, reference: {name: {path: spec.config, regex: {pattern: '(.+)', replacement: 'cfg-\1'}}}}]
 mutation: {spec: [{template: {path: spec.owner, template: '{{ .LocalObject.ObjectMeta.Namespace }}'}}]}`},

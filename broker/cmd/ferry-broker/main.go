@@ -134,6 +134,9 @@ func run(args []string) error {
 		Revocations: revocations,
 		Enrolment:   enrol,
 		Ownership:   owners,
+		Admission: server.AdmissionOptions{
+			MaxConcurrent: opts.MaxConcurrentHandshakes, MaxWait: opts.HandshakeMaxWait, RetryAfter: opts.HandshakeRetryAfter,
+		},
 	})
 	if err := m.RegisterSource(ctrlmetrics.Registry, srv.MetricsSource()); err != nil {
 		return err

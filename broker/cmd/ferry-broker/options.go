@@ -67,6 +67,10 @@ type Options struct {
 	ReplicaAddress          string
 	OwnershipLeaseNamespace string
 	OwnershipLeaseDuration  time.Duration
+	// Handshake admission (server.AdmissionOptions).
+	MaxConcurrentHandshakes int
+	HandshakeMaxWait        time.Duration
+	HandshakeRetryAfter     time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -89,6 +93,9 @@ func NewOptions() *Options {
 		StateNamespace:          metav1.NamespaceDefault,
 		OwnershipLeaseNamespace: metav1.NamespaceDefault,
 		OwnershipLeaseDuration:  15 * time.Second,
+		MaxConcurrentHandshakes: server.DefaultMaxConcurrentHandshakes,
+		HandshakeMaxWait:        server.DefaultHandshakeMaxWait,
+		HandshakeRetryAfter:     server.DefaultHandshakeRetryAfter,
 	}
 }
 
@@ -121,6 +128,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ReplicaAddress, "replica-address", o.ReplicaAddress, "This replica's own address (host:port) as edges dial it, e.g. its name in a headless Service; set when several broker replicas run: each APIExport is then served by the replica that holds its Lease in kcp (--ownership-lease-namespace), and the others send its edge there. Empty: this broker serves every APIExport (one replica).")
 	fs.StringVar(&o.OwnershipLeaseNamespace, "ownership-lease-namespace", o.OwnershipLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease (ferry-owner-<export>) whose holder serves the export; with --replica-address.")
 	fs.DurationVar(&o.OwnershipLeaseDuration, "ownership-lease-duration", o.OwnershipLeaseDuration, "How long an APIExport's owner may go without renewing its Lease before another replica takes the export over; the owner stops writing after two thirds of it. With --replica-address.")
+	fs.IntVar(&o.MaxConcurrentHandshakes, "max-concurrent-handshakes", o.MaxConcurrentHandshakes, "Edge handshakes (which read kcp) run at once; one beyond waits up to --handshake-max-wait for a slot and is then refused with RESOURCE_EXHAUSTED and a retry delay the edge honours (a reconnect storm of every edge is taken in bounded bites). 0 bounds nothing.")
+	fs.DurationVar(&o.HandshakeMaxWait, "handshake-max-wait", o.HandshakeMaxWait, "How long an edge handshake waits for a slot (--max-concurrent-handshakes) before it is refused as busy.")
+	fs.DurationVar(&o.HandshakeRetryAfter, "handshake-retry-after", o.HandshakeRetryAfter, "Mean retry delay given to an edge refused as busy (each drawn from half to one and a half times it).")
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
 }
 
@@ -156,6 +166,15 @@ func (o *Options) Validate() error {
 	}
 	if o.InFlightWindow < 1 {
 		errs = append(errs, errors.New("--in-flight-window must be at least 1"))
+	}
+	if o.MaxConcurrentHandshakes < 0 {
+		errs = append(errs, errors.New("--max-concurrent-handshakes must not be negative"))
+	}
+	if o.MaxConcurrentHandshakes > 0 && (o.HandshakeMaxWait <= 0 || o.HandshakeMaxWait >= protocol.HandshakeTimeout) {
+		errs = append(errs, fmt.Errorf("--handshake-max-wait must be positive and shorter than the edges' handshake timeout (%s)", protocol.HandshakeTimeout))
+	}
+	if o.MaxConcurrentHandshakes > 0 && o.HandshakeRetryAfter <= 0 {
+		errs = append(errs, errors.New("--handshake-retry-after must be positive"))
 	}
 	if o.EngineIdleTimeout <= 0 {
 		errs = append(errs, errors.New("--engine-idle-timeout must be positive"))

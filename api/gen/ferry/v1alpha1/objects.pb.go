@@ -1508,6 +1508,8 @@ type RelatedObjectReport_Objects struct {
 	// What a label-selected entry (object.selector) found: every matching
 	// object, possibly none. local_name is empty; the broker writes each
 	// object and deletes the entry's copies that are not in the set.
+	// Also what a list reference (a name path with "#") names: one entry
+	// per item of the list, in its order (see RelatedObjectSet).
 	Objects *RelatedObjectSet `protobuf:"bytes,11,opt,name=objects,proto3,oneof"`
 }
 
@@ -1522,10 +1524,14 @@ func (*RelatedObjectReport_Error) isRelatedObjectReport_State() {}
 func (*RelatedObjectReport_Objects) isRelatedObjectReport_State() {}
 
 // RelatedObjectSet is every object a label-selected related[] entry found
-// in local_namespace of the service cluster for one primary.
+// in local_namespace of the service cluster for one primary, or every
+// object a list reference names there.
 type RelatedObjectSet struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The objects, sorted by local_name; names are unique.
+	// A label-selected entry: the objects found, sorted by local_name. A
+	// list reference: one entry per item of the list on the local primary,
+	// in the list's order — the broker evaluates the list on the kcp primary
+	// and matches the two by position. Local names are unique.
 	Entries       []*RelatedObjectSetEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1568,18 +1574,24 @@ func (x *RelatedObjectSet) GetEntries() []*RelatedObjectSetEntry {
 	return nil
 }
 
-// RelatedObjectSetEntry is one object a label selector found.
+// RelatedObjectSetEntry is one object a label selector found, or one item
+// of a list reference.
 type RelatedObjectSetEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The object's name in the service cluster. Required.
 	LocalName string `protobuf:"bytes,1,opt,name=local_name,json=localName,proto3" json:"local_name,omitempty"`
 	// Its name in kcp: the local name rewritten by the entry's
 	// selector.rewrite (the service cluster's names may say more than the
-	// consumer should see). Required.
+	// consumer should see). Required for a label-selected entry; empty for
+	// a list reference, whose kcp names the broker evaluates.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The object as JSON (its content; the broker sets name, namespace and
-	// its own metadata). Required.
-	Object        []byte `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
+	// its own metadata). Required unless gone.
+	Object []byte `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
+	// A list reference's item names an object that does not exist in the
+	// service cluster (not yet, or no longer): it keeps its position, and
+	// its copy in kcp goes.
+	Gone          bool `protobuf:"varint,4,opt,name=gone,proto3" json:"gone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1633,6 +1645,13 @@ func (x *RelatedObjectSetEntry) GetObject() []byte {
 		return x.Object
 	}
 	return nil
+}
+
+func (x *RelatedObjectSetEntry) GetGone() bool {
+	if x != nil {
+		return x.Gone
+	}
+	return false
 }
 
 // RelatedObjectGone reports that a related object does not exist locally.
@@ -2068,12 +2087,13 @@ const file_ferry_v1alpha1_objects_proto_rawDesc = "" +
 	" \x01(\x04R\vreportEpochB\a\n" +
 	"\x05state\"S\n" +
 	"\x10RelatedObjectSet\x12?\n" +
-	"\aentries\x18\x01 \x03(\v2%.ferry.v1alpha1.RelatedObjectSetEntryR\aentries\"b\n" +
+	"\aentries\x18\x01 \x03(\v2%.ferry.v1alpha1.RelatedObjectSetEntryR\aentries\"v\n" +
 	"\x15RelatedObjectSetEntry\x12\x1d\n" +
 	"\n" +
 	"local_name\x18\x01 \x01(\tR\tlocalName\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
-	"\x06object\x18\x03 \x01(\fR\x06object\"\x13\n" +
+	"\x06object\x18\x03 \x01(\fR\x06object\x12\x12\n" +
+	"\x04gone\x18\x04 \x01(\bR\x04gone\"\x13\n" +
 	"\x11RelatedObjectGone\"3\n" +
 	"\x17RelatedObjectUnresolved\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\"\xbc\x01\n" +

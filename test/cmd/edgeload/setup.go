@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	"k8s.io/client-go/rest"
+
+	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/pkg/devpki"
+	"github.com/ferry-dev/ferry/test/framework"
+)
+
+// exportName is the APIExport of simulated edge i: one edge per export, as
+// the broker requires, all in one workspace (see createExports).
+func exportName(i int) string { return fmt.Sprintf("%s.edgeload.ferry.dev", edgeName(i)) }
+
+// edgeName is simulated edge i's agent name, certificate name and, through
+// its identity's last path segment, its name (finalizer) at the broker.
+func edgeName(i int) string { return fmt.Sprintf("load-%05d", i) }
+
+// createExports creates n APIExports in the workspace at path, parallel at
+// once. They share one workspace: what the broker pays per edge is per
+// APIExport (an engine, a watch of its endpoint slice, a Lease, the
+// handshake's reads), not per workspace, while kcp creates a workspace
+// far more slowly than an APIExport. The one thing per workspace, reading
+// its revocations, is then paid once instead of n times.
+func createExports(ctx context.Context, cfg *rest.Config, path logicalcluster.Path, n, parallel int) error {
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range parallel {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := framework.CreateAPIExport(ctx, cfg, path, exportName(i)); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// issueEdgeCertificates gives every simulated edge a client certificate of
+// its own identity, signed by the development CA the broker trusts.
+func issueEdgeCertificates(pkiDir string, n int) error {
+	ca, err := devpki.LoadOrCreateCA(pkiDir, "ferry development CA")
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		if err := ca.IssueClient(pkiDir, edgeName(i), devpki.IdentityFor(edgeName(i))); err != nil {
+			return fmt.Errorf("certificate of %s: %w", edgeName(i), err)
+		}
+	}
+	return nil
+}
+
+// brokerConfig authorizes every simulated edge for its own APIExport.
+func brokerConfig(workspace logicalcluster.Path, n int) config.Config {
+	c := config.Config{Admins: []string{devpki.IdentityFor("admin")}}
+	for i := range n {
+		c.Edges = append(c.Edges, config.Edge{
+			Identity:  devpki.IdentityFor(edgeName(i)),
+			APIExport: config.APIExportRef{Workspace: workspace.String(), Name: exportName(i)},
+		})
+	}
+	return c
+}
+
+// startBroker starts ferry-broker with its pprof endpoint on a free
+// loopback port (returned) and the extra flags.
+func startBroker(ctx context.Context, bins framework.Binaries, dir, pkiDir, kubeconfig string, cfg config.Config, heartbeat time.Duration, extra []string) (*framework.Broker, string, error) {
+	port, err := framework.FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	pprof := "127.0.0.1:" + strconv.Itoa(port)
+	b, err := framework.StartBroker(ctx, bins, framework.BrokerOptions{
+		Dir: dir, LogDir: filepath.Join(dir, "logs"), PKIDir: pkiDir, KCPKubeconfig: kubeconfig, Config: cfg,
+		ExtraArgs: append([]string{"--pprof-bind-address", pprof, "--heartbeat-interval", heartbeat.String()}, extra...),
+	})
+	return b, pprof, err
+}

@@ -1,0 +1,160 @@
+package edgeload
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what `make bench-edges` measures.
+type Report struct {
+	Date    time.Time `json:"date"`
+	Machine string    `json:"machine"`
+	Edges   int       `json:"edges"`
+	// BrokerArgs are the flags the broker ran with beyond the harness's.
+	BrokerArgs []string `json:"brokerArgs,omitempty"`
+	// HeartbeatSeconds is the negotiated heartbeat interval.
+	HeartbeatSeconds float64 `json:"heartbeatSeconds"`
+	// ExportsSetupSeconds is the time kcp took to create the edges'
+	// APIExports (N in one workspace).
+	ExportsSetupSeconds float64 `json:"exportsSetupSeconds"`
+	// Samples are the broker at each point: idle (every edge configured,
+	// none connected), connected (every edge connected, after the steady
+	// window) and after each storm.
+	Samples []Sample `json:"samples"`
+	// Idle is the CPU use before any edge connected: broker and kcp.
+	Idle CPUWindow `json:"idle"`
+	// Steady is the CPU use over the steady window, every edge connected
+	// and idle but for heartbeats: broker, kcp and this generator.
+	Steady CPUWindow `json:"steady"`
+	// Waves are the connect waves: the cold start of every edge at once,
+	// then the reconnect storms.
+	Waves []Wave `json:"waves"`
+}
+
+// PerEdge is the broker's cost per connected edge: the difference between
+// the connected and the idle sample, divided by the edges, and the steady
+// CPU per edge.
+type PerEdge struct {
+	RSSBytes   float64
+	HeapBytes  float64
+	Goroutines float64
+	MilliCores float64
+}
+
+// PerEdge computes the per-edge figures; false without both samples.
+func (r *Report) PerEdge() (PerEdge, bool) {
+	idle, ok1 := r.sample("idle")
+	conn, ok2 := r.sample("connected")
+	if !ok1 || !ok2 || r.Edges == 0 {
+		return PerEdge{}, false
+	}
+	n := float64(r.Edges)
+	return PerEdge{
+		RSSBytes:   float64(conn.RSSBytes-idle.RSSBytes) / n,
+		HeapBytes:  float64(conn.HeapBytes-idle.HeapBytes) / n,
+		Goroutines: float64(conn.Goroutines-idle.Goroutines) / n,
+		MilliCores: r.Steady.Cores["broker"] * 1000 / n,
+	}, true
+}
+
+func (r *Report) sample(at string) (Sample, bool) {
+	i := slices.IndexFunc(r.Samples, func(s Sample) bool { return s.At == at })
+	if i < 0 {
+		return Sample{}, false
+	}
+	return r.Samples[i], true
+}
+
+// WriteTable writes the human-readable table.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "ferry bench-edges, %s, %s\n", r.Date.Format(time.RFC3339), r.Machine)
+	fmt.Fprintf(w, "%d simulated edges (own certificate and APIExport each, ferry's edge stream client, real mTLS on loopback), heartbeat %gs\n",
+		r.Edges, r.HeartbeatSeconds)
+	if len(r.BrokerArgs) > 0 {
+		fmt.Fprintf(w, "broker flags: %s\n", strings.Join(r.BrokerArgs, " "))
+	}
+	fmt.Fprintf(w, "kcp created the %d APIExports in %.1fs\n\n", r.Edges, r.ExportsSetupSeconds)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "broker at\tedges connected\tRSS MiB\theap MiB\tgoroutines\tCPU s (total)\t")
+	for _, s := range r.Samples {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%d\t%.1f\t\n", s.At, s.Connected, mib(s.RSSBytes), mib(s.HeapBytes), s.Goroutines, s.CPUSeconds)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	writeCPU(w, "idle, no edge connected", r.Idle)
+	writeCPU(w, "steady state, every edge connected", r.Steady)
+	if p, ok := r.PerEdge(); ok {
+		fmt.Fprintf(w, "per connected edge at the broker: RSS %.1f KiB, heap %.1f KiB, %.1f goroutines, %.2f millicores\n",
+			p.RSSBytes/1024, p.HeapBytes/1024, p.Goroutines, p.MilliCores)
+	}
+	fmt.Fprintln(w)
+
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "wave\taccepted\tall in s\thandshakes/s\tp50 s\tp99 s\tmax s\tattempts\tfailed\tmax/edge\tover cap\tbroker CPU s\tkcp requests\trefusals\t")
+	for _, v := range r.Waves {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d (>%gs)\t%.1f\t%.0f\t%s\t\n", v.Name, v.Accepted, v.Edges, v.Seconds,
+			v.HandshakesPerSecond, v.P50Seconds, v.P99Seconds, v.MaxSeconds, v.Attempts, v.FailedAttempts, v.MaxAttempts,
+			v.OverCap, v.CapSeconds, v.BrokerCPUSeconds, v.KCPRequests, refusals(v.Refusals))
+	}
+	return tw.Flush()
+}
+
+// writeCPU writes one CPU window's line.
+func writeCPU(w io.Writer, what string, c CPUWindow) {
+	fmt.Fprintf(w, "%s, %.0fs window (CPU cores):", what, c.Seconds)
+	names := make([]string, 0, len(c.Cores))
+	for n := range c.Cores {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(w, " %s %.3f", n, c.Cores[n])
+	}
+	if c.KCPRequestsPerSecond > 0 {
+		fmt.Fprintf(w, "; broker requests to kcp %.1f/s", c.KCPRequestsPerSecond)
+	}
+	fmt.Fprintln(w)
+}
+
+func refusals(m map[string]float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for reason, n := range m {
+		parts = append(parts, fmt.Sprintf("%s=%.0f", reason, n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// Write writes bench-edges.txt (the table) and bench-edges.json to dir.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var sb strings.Builder
+	if err := r.WriteTable(&sb); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench-edges.txt"), []byte(sb.String()), 0o644); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "bench-edges.json"), append(data, '\n'), 0o644)
+}
