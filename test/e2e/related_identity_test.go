@@ -105,29 +105,35 @@ func newPubEnvRelating(t testing.TB, resources ...string) *pubEnv {
 	return e
 }
 
-// TestRelatedKindOfAnotherExport: a related entry with identityHash
-// relates a kind another APIExport provides in kcp. Ferry's APIExport
-// claims it with that identity; a consumer that binds both exports and
-// accepts the claim gets the object it creates in kcp synced to the
-// service cluster (where the same kind is a CRD), updates follow, and the
-// copy goes with the primary.
-func TestRelatedKindOfAnotherExport(t *testing.T) {
+// identityEnv is a syncEnv whose PublishedResource relates a kind another
+// APIExport provides (related, given the identity hash), bound in a
+// consumer workspace that binds the other export too.
+type identityEnv struct {
+	*syncEnv
+	gvr  schema.GroupVersionResource // the related kind, the same on both sides
+	hash string
+}
+
+// newIdentityEnv creates another provider's APIExport serving
+// group/kind/plural (workspace otherWS), the same kind as a CRD in the
+// service cluster, and publishes primary with the related entry made by
+// related(hash). The consumer binds the other provider's export, then
+// ferry's, accepting its claims (the one with the identity hash among
+// them).
+func newIdentityEnv(t *testing.T, otherWS, group, kind, plural string, primary *apiextensionsv1.CustomResourceDefinition,
+	related func(hash string) ferryv1alpha1.RelatedResourceSpec) *identityEnv {
+	t.Helper()
 	ctx := context.Background()
-	const group, kind, plural = "quota.other.example.com", "Allotment", "allotments"
-	otherPath, hash := otherProvider(t, "idhash-other", group, kind, plural)
+	otherPath, hash := otherProvider(t, otherWS, group, kind, plural)
 	apply(t, testCRD(group, kind, plural, apiextensionsv1.NamespaceScoped, "v1"))
 
 	p := newPubEnvRelating(t, plural+"."+group)
-	crd := testCRD("idhash.example.com", "Mailbox", "mailboxes", apiextensionsv1.NamespaceScoped, "v1")
-	apply(t, crd)
-	p.publish(t, crd.Spec.Names.Plural, ferryv1alpha1.PublishedResourceSpec{
-		Resource: ferryv1alpha1.SourceResource{APIGroup: crd.Spec.Group, Kind: crd.Spec.Names.Kind, Version: "v1"},
-		Related: []ferryv1alpha1.RelatedResourceSpec{{
-			Identifier: "quota", Origin: ferryv1alpha1.OriginKCP, Group: group, Kind: kind, IdentityHash: hash,
-			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.quotaName"}},
-		}},
+	apply(t, primary)
+	p.publish(t, primary.Spec.Names.Plural, ferryv1alpha1.PublishedResourceSpec{
+		Resource: ferryv1alpha1.SourceResource{APIGroup: primary.Spec.Group, Kind: primary.Spec.Names.Kind, Version: "v1"},
+		Related:  []ferryv1alpha1.RelatedResourceSpec{related(hash)},
 	})
-	e := publishedSyncEnv(t, p, crd)
+	e := publishedSyncEnv(t, p, primary)
 
 	claimed := false
 	for _, c := range p.apiExport(t).Spec.PermissionClaims {
@@ -137,8 +143,6 @@ func TestRelatedKindOfAnotherExport(t *testing.T) {
 		t.Fatalf("no permission claim of %s.%s with identity %s: %+v", plural, group, hash, p.apiExport(t).Spec.PermissionClaims)
 	}
 
-	// The consumer binds the other provider's export, then ferry's,
-	// accepting its claims (the one with the identity hash among them).
 	consumer, err := framework.CreateWorkspace(ctx, env.kcp.Config, "root", "c-"+p.label[:min(len(p.label), 60)])
 	if err != nil {
 		t.Fatal(err)
@@ -150,8 +154,28 @@ func TestRelatedKindOfAnotherExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.useConsumer(t, consumer)
+	return &identityEnv{syncEnv: e, gvr: schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}, hash: hash}
+}
 
-	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
+// TestRelatedKindOfAnotherExport: a related entry with identityHash
+// relates a kind another APIExport provides in kcp. Ferry's APIExport
+// claims it with that identity; a consumer that binds both exports and
+// accepts the claim gets the object it creates in kcp synced to the
+// service cluster (where the same kind is a CRD), updates follow, and the
+// copy goes with the primary.
+func TestRelatedKindOfAnotherExport(t *testing.T) {
+	ctx := context.Background()
+	const group, kind = "quota.other.example.com", "Allotment"
+	ie := newIdentityEnv(t, "idhash-other", group, kind, "allotments",
+		testCRD("idhash.example.com", "Mailbox", "mailboxes", apiextensionsv1.NamespaceScoped, "v1"),
+		func(hash string) ferryv1alpha1.RelatedResourceSpec {
+			return ferryv1alpha1.RelatedResourceSpec{
+				Identifier: "quota", Origin: ferryv1alpha1.OriginKCP, Group: group, Kind: kind, IdentityHash: hash,
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.quotaName"}},
+			}
+		})
+	e, gvr := ie.syncEnv, ie.gvr
+
 	kcpDyn, err := dynamic.NewForConfig(e.consumerConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -212,4 +236,62 @@ func TestRelatedKindOfAnotherExport(t *testing.T) {
 	if _, err := allotments.Get(ctx, "quota-a", metav1.GetOptions{}); err != nil {
 		t.Errorf("the consumer's Allotment: %v", err)
 	}
+}
+
+// TestRelatedKindOfAnotherExportFromService: the other way round, an
+// object of a kind another APIExport provides, made in the service
+// cluster, is written into the consumer's workspace through ferry's
+// APIExport virtual workspace (the claim with the identity hash), and is
+// deleted there with the primary.
+func TestRelatedKindOfAnotherExportFromService(t *testing.T) {
+	ctx := context.Background()
+	const group, kind = "meter.other.example.com", "Reading"
+	ie := newIdentityEnv(t, "idhash-other-svc", group, kind, "readings",
+		testCRD("idhash-svc.example.com", "Meterbox", "meterboxes", apiextensionsv1.NamespaceScoped, "v1"),
+		func(hash string) ferryv1alpha1.RelatedResourceSpec {
+			return ferryv1alpha1.RelatedResourceSpec{
+				Identifier: "reading", Origin: ferryv1alpha1.OriginService, Group: group, Kind: kind, IdentityHash: hash,
+				Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.readingName"}},
+			}
+		})
+	e, gvr := ie.syncEnv, ie.gvr
+
+	e.createRemote(t, "default", "meter", map[string]any{"readingName": "latest"})
+	local := e.waitLocal(t, "default", "meter", func(*unstructured.Unstructured) (bool, string) { return true, "" })
+	svcDyn, err := dynamic.NewForConfig(env.service.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The service's controller writes the Reading beside the local copy.
+	if _, err := svcDyn.Resource(gvr).Namespace(local.GetNamespace()).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": group + "/v1", "kind": kind,
+		"metadata": map[string]any{"name": "latest"},
+		"spec":     map[string]any{"kwh": "42"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kcpDyn, err := dynamic.NewForConfig(e.consumerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readings := kcpDyn.Resource(gvr).Namespace("default")
+	waitFor(t, "the Reading in the consumer's workspace", func(ctx context.Context) (bool, string) {
+		r, err := readings.Get(ctx, "latest", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got, _, _ := unstructured.NestedString(r.Object, "spec", "kwh")
+		return got == "42", fmt.Sprintf("spec.kwh %q", got)
+	})
+
+	if err := e.remote.Namespace("default").Delete(ctx, "meter", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRemote(t, "default", "meter", func(_ *unstructured.Unstructured, err error) (bool, string) {
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	waitFor(t, "the Reading gone from the consumer's workspace", func(ctx context.Context) (bool, string) {
+		_, err := readings.Get(ctx, "latest", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }
