@@ -236,6 +236,26 @@ func TestRelatedKindOfAnotherExport(t *testing.T) {
 	if _, err := allotments.Get(ctx, "quota-a", metav1.GetOptions{}); err != nil {
 		t.Errorf("the consumer's Allotment: %v", err)
 	}
+
+	// Another identity for the resource the APIExport claims already is
+	// refused, naming the identity to keep; the claim stays as accepted.
+	changed := strings.Repeat("0", 64)
+	e.publish(t, "mailboxes", ferryv1alpha1.PublishedResourceSpec{
+		Resource: ferryv1alpha1.SourceResource{APIGroup: "idhash.example.com", Kind: "Mailbox", Version: "v1"},
+		Related: []ferryv1alpha1.RelatedResourceSpec{{
+			Identifier: "quota", Origin: ferryv1alpha1.OriginKCP, Group: group, Kind: kind, IdentityHash: changed,
+			Reference: &ferryv1alpha1.RelatedResourceReference{Name: ferryv1alpha1.ResourceLocator{Path: "spec.quotaName"}},
+		}},
+	})
+	msg := e.waitPRCondition(t, "mailboxes", ferryv1alpha1.ConditionPublished, metav1.ConditionFalse, ferryv1alpha1.ReasonBrokerRefused)
+	if want := "already claims allotments." + group + " with identity " + ie.hash + ", and ferry never rewrites a claim consumers accepted: set identityHash to " + ie.hash; !strings.Contains(msg, want) {
+		t.Errorf("refusal %q does not contain %q", msg, want)
+	}
+	for _, c := range e.apiExport(t).Spec.PermissionClaims {
+		if c.Group == group && c.IdentityHash != ie.hash {
+			t.Errorf("the APIExport claims %s with another identity: %+v", c.Resource, e.apiExport(t).Spec.PermissionClaims)
+		}
+	}
 }
 
 // TestRelatedKindOfAnotherExportFromService: the other way round, an
