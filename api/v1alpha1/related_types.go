@@ -49,7 +49,7 @@ func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
 // +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
 // +kubebuilder:validation:XValidation:rule="!has(self.object) || !has(self.object.selector) || self.origin == 'service'",message="object.selector finds objects by their labels on the service cluster, so it needs origin: service; for origin kcp locate the object by object.reference or object.template"
 // +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
-// +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
+// +kubebuilder:validation:XValidation:rule="!has(self.identityHash) || (has(self.group) && size(self.group) > 0)",message="identityHash names the APIExport that provides a kind of an API group; kinds of the core group (secrets, configmaps) have no identity: set group or drop identityHash"
 // +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
 // +kubebuilder:validation:XValidation:rule="!has(self.mutation) || !has(self.mutation.status) || size(self.mutation.status) == 0 || (has(self.syncStatus) && self.syncStatus)",message="mutation.status rewrites the status carried with syncStatus: set syncStatus: true (origin service) or drop the status steps"
 // +kubebuilder:validation:XValidation:rule="!has(self.watch) || self.origin == 'service'",message="watch narrows what the edge caches of a service-origin related kind on the service cluster; it needs origin: service (the broker watches kcp-origin objects through the APIExport's virtual workspace, not the edge)"
@@ -118,12 +118,17 @@ type RelatedResourceSpec struct {
 	// +kubebuilder:default=true
 	Cleanup *bool `json:"cleanup,omitempty"`
 
-	// IdentityHash is api-syncagent's way of relating a kind another
-	// APIExport provides (the identity hash of that APIExport, for the
-	// permission claim). Ferry does not relate such kinds yet, so a
-	// document that sets it is refused at admission rather than synced
-	// without it.
+	// IdentityHash relates a kind that another APIExport provides in kcp:
+	// that APIExport's status.identityHash (64 lowercase hex characters).
+	// The broker claims the resource with this identity in ferry's
+	// APIExport, so a consumer workspace that binds the other APIExport
+	// and accepts ferry's claim lets ferry read and write those objects.
+	// Leave it out for kinds kcp serves in every workspace (secrets,
+	// configmaps). The service cluster serves the same group, version and
+	// resource (e.g. the other provider's CRD).
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-f0-9]{64}$')",message="identityHash is the other APIExport's status.identityHash: 64 lowercase hex characters (kubectl get apiexport <name> -o jsonpath='{.status.identityHash}')"
 	IdentityHash string `json:"identityHash,omitempty"`
 
 	// Projection is api-syncagent's way of relating a kind under another

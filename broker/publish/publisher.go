@@ -105,6 +105,9 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	}
 
 	claims := relatedClaims(export.Name, spec.Related)
+	if msg := identityClaimProblem(claims); msg != "" {
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", msg)
+	}
 	if spec.Synchronization == nil || spec.Synchronization.Enabled == nil || *spec.Synchronization.Enabled {
 		// Sync failures are reported as Events on the kcp objects.
 		claims = append(claims, eventsClaim())
@@ -122,10 +125,14 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 			})
 		}
 	}
+	var rewrite string // a claim this publish would have to rewrite
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		current, err := p.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
+		}
+		if rewrite = claimRewriteProblem(export, current.Spec.PermissionClaims, claims); rewrite != "" {
+			return nil
 		}
 		if !mergeExport(&current.Spec, export.Name, plural, ars.Name, claims) {
 			return nil
@@ -138,6 +145,9 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot update APIExport %s: %w", export, err)
+	}
+	if rewrite != "" {
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", rewrite)
 	}
 
 	// Ownership moves only once the export says so.
@@ -228,6 +238,10 @@ func relatedClaims(ownGroup string, related []ferryv1alpha1.RelatedResourceSpec)
 		c := apisv1alpha2.PermissionClaim{
 			GroupResource: apisv1alpha2.GroupResource{Group: r.Group, Resource: plural.Resource},
 			Verbs:         slices.Clone(claimVerbs),
+			// A kind another APIExport provides is claimed with that
+			// export's identity; kcp serves it to ferry's virtual
+			// workspace only in workspaces that bind that export.
+			IdentityHash: r.IdentityHash,
 		}
 		if !slices.ContainsFunc(out, c.EqualGRI) {
 			out = append(out, c)
@@ -244,7 +258,15 @@ func relatedClaims(ownGroup string, related []ferryv1alpha1.RelatedResourceSpec)
 //
 // The APIExport's own resources (group ownGroup) are not served in its
 // workspace, only to bound workspaces: their scope is the one their
-// PublishedResource publishes, and the edge checked it on its CRD.
+// PublishedResource publishes, and the edge checked it on its CRD. A kind
+// of another APIExport (identityHash) is checked where the APIExport's
+// workspace serves it (it binds that export) and let through where it does
+// not: kcp serves such a kind only in workspaces that bind its export, and
+// finding that export by its identity needs reads across all workspaces
+// the broker is not given. Containment holds without the check: the edge
+// refuses a related kind that is cluster-scoped in the service cluster,
+// and the broker reads and writes related objects only under a namespace
+// (namespaced paths of a cluster-scoped resource are not found in kcp).
 func relatedScopeProblem(ownGroup string, specs []ferryv1alpha1.RelatedResourceSpec, resourcesFor func(groupVersion string) (*metav1.APIResourceList, error)) (string, error) {
 	for _, r := range specs {
 		plural := relatedResource(r)
@@ -254,6 +276,9 @@ func relatedScopeProblem(ownGroup string, specs []ferryv1alpha1.RelatedResourceS
 		gv := plural.GroupVersion()
 		list, err := resourcesFor(gv.String())
 		if apierrors.IsNotFound(err) {
+			if r.IdentityHash != "" {
+				continue // not served here: see above
+			}
 			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil
 		}
 		if err != nil {
@@ -261,6 +286,8 @@ func relatedScopeProblem(ownGroup string, specs []ferryv1alpha1.RelatedResourceS
 		}
 		i := slices.IndexFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == plural.Resource })
 		switch {
+		case i < 0 && r.IdentityHash != "":
+			continue // not served here: see above
 		case i < 0:
 			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil
 		case !list.APIResources[i].Namespaced:

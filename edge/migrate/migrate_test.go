@@ -104,8 +104,8 @@ func TestConvert(t *testing.T) {
 		wantLossy: []string{"spec.mutation.spec[0].rudi"},
 	}, {
 		name:      "related fields ferry refuses",
-		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, identityHash: abc, projection: {group: x}, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
-		wantLossy: []string{"spec.related[0].identityHash", "spec.related[0].projection", "spec.related[0].mutation.status[0].rudi"},
+		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, projection: {group: x}, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
+		wantLossy: []string{"spec.related[0].projection", "spec.related[0].mutation.status[0].rudi"},
 	}, {
 		name:     "related mutation carried over",
 		doc:      "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, kind: Secret, object: {reference: {path: spec.users.#.name}}, mutation: {spec: [{regex: {path: data.x, pattern: a, replacement: b}}]}}]}",
@@ -114,6 +114,10 @@ func TestConvert(t *testing.T) {
 		name:      "related status mutation needs syncStatus",
 		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, kind: Secret, object: {reference: {path: spec.s}}, mutation: {status: [{delete: {path: status.x}}]}}]}",
 		wantLossy: []string{"spec.related[0].mutation.status"},
+	}, {
+		name:     "related identityHash carried over",
+		doc:      "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, group: other.example.com, resource: things, identityHash: abc, object: {reference: {path: spec.s}}}]}",
+		wantPath: map[string]any{"identityHash": "abc"},
 	}, {
 		name:      "top-level junk",
 		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}}\nextra: 1",
@@ -158,6 +162,17 @@ func TestConvert(t *testing.T) {
 			}
 			if r.Object["apiVersion"] != "ferry.dev/v1alpha1" {
 				t.Errorf("apiVersion %v", r.Object["apiVersion"])
+			}
+			// wantPath: fields of the first related entry, as written.
+			for k, want := range tt.wantPath {
+				spec, _ := r.Object["spec"].(map[string]any)
+				related, _ := spec["related"].([]any)
+				if len(related) == 0 {
+					t.Fatalf("no spec.related in %v", r.Object)
+				}
+				if got := related[0].(map[string]any)[k]; got != want {
+					t.Errorf("spec.related[0].%s = %v, want %v", k, got, want)
+				}
 			}
 		})
 	}

@@ -52,6 +52,10 @@ type Reference struct {
 	// SyncStatus tells whether the object's status is carried to the copy
 	// (origin service only).
 	SyncStatus bool
+	// IdentityHash is the identity of the APIExport that provides the
+	// related kind in kcp (empty for kinds kcp serves in every workspace);
+	// the broker's permission claim carries it.
+	IdentityHash string
 
 	name      locator
 	namespace *locator
@@ -150,8 +154,6 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	// api-syncagent's fields ferry does not honour yet (admission refuses
 	// them too): never silently ignored.
 	switch {
-	case s.IdentityHash != "":
-		return nil, errors.New("identityHash: related kinds of another APIExport are not supported yet")
 	case s.Projection != nil:
 		return nil, errors.New("projection: a related kind is related under the same group, version and resource on both sides")
 	}
@@ -160,7 +162,10 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 		version = "v1"
 	}
 	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
-	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
+	if err := checkIdentityHash(s.Group, s.IdentityHash); err != nil {
+		return nil, err
+	}
+	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus, IdentityHash: s.IdentityHash}
 	if s.SyncStatus && origin != ferryv1alpha1.OriginService {
 		return nil, errors.New("syncStatus: only a service-origin related object's status is carried into kcp; set origin: service or drop syncStatus")
 	}

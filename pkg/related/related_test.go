@@ -119,7 +119,10 @@ func TestCompileErrors(t *testing.T) {
 		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "set kind (e.g. Secret) or resource"},
 		{name: "syncStatus with origin kcp", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin, s.SyncStatus = ferryv1alpha1.OriginKCP, true },
 			wantErr: "syncStatus: only a service-origin related object's status"},
-		{name: "identityHash", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = "abc" }, wantErr: "identityHash: related kinds of another APIExport"},
+		{name: "identityHash not a hash", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Group, s.IdentityHash = "other.example.com", "abc" },
+			wantErr: "identityHash: the other APIExport's status.identityHash is 64 lowercase hex characters"},
+		{name: "identityHash of a core kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = strings.Repeat("ab", 32) },
+			wantErr: "identityHash: kinds of the core group have no identity"},
 		{name: "projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
 			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
 		}, wantErr: "projection: a related kind is related under the same"},
