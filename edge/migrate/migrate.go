@@ -213,11 +213,11 @@ func (r *Result) spec(spec map[string]any, schema apiextensionsv1.JSONSchemaProp
 }
 
 // related drops what ferry refuses in a related entry: related kinds of
-// other APIExports, projections and mutations of related objects.
+// other APIExports and mutations of related objects (a projection is
+// carried over: ferry honours it as api-syncagent does).
 func (r *Result) related(path string, entry map[string]any) {
 	for _, f := range []struct{ field, why string }{
 		{"identityHash", "ferry does not relate kinds of another APIExport yet; relate kinds kcp serves in every workspace (e.g. secrets, configmaps)"},
-		{"projection", "ferry relates a kind under the same group, version and resource on both sides; a projected related kind cannot be carried over"},
 		{"mutation", "ferry does not mutate related objects yet; shape the object on its origin side (e.g. a spec mutation of the primary that names it)"},
 	} {
 		if _, set := entry[f.field]; set {

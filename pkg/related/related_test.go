@@ -122,9 +122,18 @@ func TestCompileErrors(t *testing.T) {
 		{name: "syncStatus with origin kcp", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin, s.SyncStatus = ferryv1alpha1.OriginKCP, true },
 			wantErr: "syncStatus: only a service-origin related object's status"},
 		{name: "identityHash", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = "abc" }, wantErr: "identityHash: related kinds of another APIExport"},
-		{name: "projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+		{name: "projection with kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
 			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
-		}, wantErr: "projection: a related kind is related under the same"},
+		}, wantErr: "projection: name the origin side's resource"},
+		{name: "empty projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{}
+		}, wantErr: "projection: set at least one of group, version and resource"},
+		{name: "projection to an uppercase plural", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{Resource: "Secrets"}
+		}, wantErr: "projection.resource \"Secrets\": the lowercase plural"},
+		{name: "projection to an invalid group", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{Group: "a_b"}
+		}, wantErr: "projection.group \"a_b\""},
 		{name: "mutation", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Mutation = &runtime.RawExtension{Raw: []byte(`{}`)} },
 			wantErr: "mutation: related objects are not mutated yet"},
 		{name: "uppercase resource", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind, s.Resource = "", "Secrets" },
