@@ -76,7 +76,7 @@ func (l kindLookup) kind(gvr schema.GroupVersionResource) (string, error) {
 			return "", fmt.Errorf("cannot read the APIExport %s: %w", l.ownGroup, err)
 		}
 		if name == "" {
-			return "", fmt.Errorf("the APIExport does not serve %s yet: publish it first (e.g. a PublishedResource of its CRD with synchronization.enabled: false); retrying",
+			return "", fmt.Errorf("the APIExport does not serve %s yet: publish it first (e.g. a PublishedResource of its CRD with synchronization.enabled: false)",
 				gvr.GroupResource())
 		}
 		kind, err := l.schemaKind(name)
