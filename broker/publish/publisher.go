@@ -95,9 +95,12 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 		}
 		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", msg)
 	}
-	relatedKinds, err := p.projectedKinds(ctx, export, plural, proj.Kind, spec.Related)
-	if err != nil {
+	relatedKinds, refusal, err := p.projectedKinds(ctx, export, plural, proj.Kind, spec.Related)
+	switch {
+	case err != nil:
 		return nil, err
+	case refusal != "":
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", refusal)
 	}
 	ars := proj.Schema
 	if _, err := p.client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Create(ctx, ars, metav1.CreateOptions{}); err != nil {

@@ -80,11 +80,11 @@ func TestProjectedRelatedKinds(t *testing.T) {
 			}
 			return "", nil
 		},
-		schemaKind: func(name string) (string, error) {
+		schemaKind: func(name string) (string, []string, error) {
 			if name == "v123.userdatabases.export.example" {
-				return "UserDatabase", nil
+				return "UserDatabase", []string{"v1", "v2"}, nil
 			}
-			return "", apierrors.NewNotFound(schema.GroupResource{}, name)
+			return "", nil, apierrors.NewNotFound(schema.GroupResource{}, name)
 		},
 		resourcesFor: func(gv string) (*metav1.APIResourceList, error) {
 			if gv == "v1" {
@@ -96,15 +96,15 @@ func TestProjectedRelatedKinds(t *testing.T) {
 	proj := func(id string, origin ferryv1alpha1.RelatedResourceOrigin, group, resource string, p ferryv1alpha1.RelatedResourceProjection) ferryv1alpha1.RelatedResourceSpec {
 		return ferryv1alpha1.RelatedResourceSpec{Identifier: id, Origin: origin, Group: group, Resource: resource, Projection: &p}
 	}
-	got, err := l.kinds([]ferryv1alpha1.RelatedResourceSpec{
+	got, refusal, err := l.kinds([]ferryv1alpha1.RelatedResourceSpec{
 		proj("db", ferryv1alpha1.OriginService, "db.corp.example", "userdatabases", ferryv1alpha1.RelatedResourceProjection{Group: "export.example"}),
 		proj("self", ferryv1alpha1.OriginService, "mq.corp.example", "queues", ferryv1alpha1.RelatedResourceProjection{Group: "export.example"}),
 		proj("cm", ferryv1alpha1.OriginService, "", "configmaps", ferryv1alpha1.RelatedResourceProjection{Resource: "secrets"}),
 		proj("back", ferryv1alpha1.OriginKCP, "", "secrets", ferryv1alpha1.RelatedResourceProjection{Resource: "configmaps"}),
 		{Identifier: "plain", Origin: ferryv1alpha1.OriginService, Kind: "Secret"},
 	})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || refusal != "" {
+		t.Fatal(err, refusal)
 	}
 	want := map[string]string{"db": "UserDatabase", "self": "Queue", "cm": "Secret", "back": "Secret"}
 	if len(got) != len(want) {
@@ -117,16 +117,21 @@ func TestProjectedRelatedKinds(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name, resource, wantErr string
+		name, resource, version, wantErr, wantRefusal string
 	}{
 		{name: "own resource not published yet", resource: "ledgers", wantErr: "the APIExport does not serve ledgers.export.example yet: publish it first"},
 		{name: "export unreadable", resource: "broken", wantErr: "cannot read the APIExport export.example"},
+		{name: "own resource in a version the export does not serve", resource: "userdatabases", version: "v1alpha1",
+			wantRefusal: "spec.related[x]: the APIExport serves userdatabases.export.example in version(s) v1, v2, not v1alpha1: set the version of kcp's side"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := l.kinds([]ferryv1alpha1.RelatedResourceSpec{
-				proj("x", ferryv1alpha1.OriginService, "corp.example", tc.resource, ferryv1alpha1.RelatedResourceProjection{Group: "export.example"})})
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			_, refusal, err := l.kinds([]ferryv1alpha1.RelatedResourceSpec{
+				proj("x", ferryv1alpha1.OriginService, "corp.example", tc.resource, ferryv1alpha1.RelatedResourceProjection{Group: "export.example", Version: tc.version})})
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
+			}
+			if tc.wantRefusal != "" && (err != nil || !strings.Contains(refusal, tc.wantRefusal)) {
+				t.Errorf("refusal %q (error %v), want one containing %q", refusal, err, tc.wantRefusal)
 			}
 		})
 	}
