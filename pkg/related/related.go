@@ -156,12 +156,9 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	case s.Mutation != nil:
 		return nil, errors.New("mutation: related objects are not mutated yet")
 	}
-	version := s.Version
-	if version == "" {
-		version = "v1"
-	}
-	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
-	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
+	// Kind, Resource and Service are set below (Sides: version defaults
+	// to v1).
+	ref := &Reference{Identifier: id, Origin: origin, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
 	if s.SyncStatus && origin != ferryv1alpha1.OriginService {
 		return nil, errors.New("syncStatus: only a service-origin related object's status is carried into kcp; set origin: service or drop syncStatus")
 	}
