@@ -21,7 +21,6 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/retry"
@@ -30,6 +29,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/pkg/projection"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // claimVerbs are the verbs claimed on related resources' kinds: the broker
@@ -94,6 +94,13 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 			return nil, err
 		}
 		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", msg)
+	}
+	relatedKinds, refusal, err := p.projectedKinds(ctx, export, plural, proj.Kind, spec.Related)
+	switch {
+	case err != nil:
+		return nil, err
+	case refusal != "":
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", refusal)
 	}
 	ars := proj.Schema
 	if _, err := p.client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Create(ctx, ars, metav1.CreateOptions{}); err != nil {
@@ -164,6 +171,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	res.ResourceSchemaName = ars.Name
 	res.ProjectedKind = proj.Kind
 	res.ServedResource = &ferryv1.GroupVersionResource{Group: proj.Resource.Group, Version: proj.Resource.Version, Resource: plural}
+	res.RelatedKinds = relatedKinds
 	return res, nil
 }
 
@@ -212,17 +220,10 @@ func eventsClaim() apisv1alpha2.PermissionClaim {
 
 // relatedResource is the resource a related entry names in kcp: its
 // resource (api-syncagent's spelling) when set, else the plural of its
-// kind.
+// kind; with a projection, the projected resource for origin service (the
+// edge derives the same pair, pkg/related).
 func relatedResource(r ferryv1alpha1.RelatedResourceSpec) schema.GroupVersionResource {
-	version := r.Version
-	if version == "" {
-		version = "v1"
-	}
-	if r.Resource != "" {
-		return schema.GroupVersionResource{Group: r.Group, Version: version, Resource: r.Resource}
-	}
-	plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: r.Group, Version: version, Kind: r.Kind})
-	return plural
+	return related.KCPResource(&r)
 }
 
 // relatedClaims are the permission claims related resources need; the
@@ -236,7 +237,7 @@ func relatedClaims(ownGroup string, related []ferryv1alpha1.RelatedResourceSpec)
 			continue
 		}
 		c := apisv1alpha2.PermissionClaim{
-			GroupResource: apisv1alpha2.GroupResource{Group: r.Group, Resource: plural.Resource},
+			GroupResource: apisv1alpha2.GroupResource{Group: plural.Group, Resource: plural.Resource},
 			Verbs:         slices.Clone(claimVerbs),
 			// A kind another APIExport provides is claimed with that
 			// export's identity; kcp serves it to ferry's virtual

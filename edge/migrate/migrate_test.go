@@ -104,8 +104,8 @@ func TestConvert(t *testing.T) {
 		wantLossy: []string{"spec.mutation.spec[0].rudi"},
 	}, {
 		name:      "related fields ferry refuses",
-		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, projection: {group: x}, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
-		wantLossy: []string{"spec.related[0].projection", "spec.related[0].mutation.status[0].rudi"},
+		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
+		wantLossy: []string{"spec.related[0].mutation.status[0].rudi"},
 	}, {
 		name:     "related mutation carried over",
 		doc:      "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, kind: Secret, object: {reference: {path: spec.users.#.name}}, mutation: {spec: [{regex: {path: data.x, pattern: a, replacement: b}}]}}]}",
@@ -214,5 +214,33 @@ func TestAdoption(t *testing.T) {
 		if n["allowExistingNamespaces"] != true || n["namespace"] != "kube-system" {
 			t.Errorf("spec.naming = %v, want the rule kept and existing namespaces allowed", n)
 		}
+	}
+}
+
+// TestConvertCarriesRelatedProjection: a related entry's projection is
+// ferry's too now; it is carried over as written, not dropped as lossy.
+func TestConvertCarriesRelatedProjection(t *testing.T) {
+	c := converter(t)
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte("apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\n"+
+		"spec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: db, origin: service, group: db.corp.example, version: v1alpha1, resource: userdatabases, "+
+		"projection: {group: api.example.com, version: v2}, object: {reference: {path: spec.db}}}]}"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Convert(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Lossy() {
+		t.Errorf("lossy: %v", r.Changes)
+	}
+	spec, _ := r.Object["spec"].(map[string]any)
+	rel, _ := spec["related"].([]any)
+	if len(rel) != 1 {
+		t.Fatalf("related = %v", spec["related"])
+	}
+	p, _ := rel[0].(map[string]any)["projection"].(map[string]any)
+	if p["group"] != "api.example.com" || p["version"] != "v2" {
+		t.Errorf("projection = %v, want group api.example.com and version v2", p)
 	}
 }

@@ -123,9 +123,6 @@ func TestCompileErrors(t *testing.T) {
 			wantErr: "identityHash: the other APIExport's status.identityHash is 64 lowercase hex characters"},
 		{name: "identityHash of a core kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = strings.Repeat("ab", 32) },
 			wantErr: "identityHash: kinds of the core group have no identity"},
-		{name: "projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
-			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
-		}, wantErr: "projection: a related kind is related under the same"},
 		{name: "mutation with a bad regex", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
 			s.Mutation = &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
 				{Regex: &ferryv1alpha1.RegexMutation{Path: "data.x", Pattern: "(", Replacement: "y"}}}}
@@ -160,6 +157,18 @@ func TestCompileErrors(t *testing.T) {
 				RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.users.#.name"}},
 				Namespace:                 &ferryv1alpha1.RelatedResourceObjectSpec{Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.users.#.ns"}}}
 		}, wantErr: "object.namespace.reference.path"},
+		{name: "projection with kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
+		}, wantErr: "projection: name the origin side's resource"},
+		{name: "empty projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{}
+		}, wantErr: "projection: set at least one of group, version and resource"},
+		{name: "projection to an uppercase plural", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{Resource: "Secrets"}
+		}, wantErr: "projection.resource \"Secrets\": the lowercase plural"},
+		{name: "projection to an invalid group", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{Group: "a_b"}
+		}, wantErr: "projection.group \"a_b\""},
 		{name: "uppercase resource", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind, s.Resource = "", "Secrets" },
 			wantErr: `resource "Secrets": the lowercase plural`},
 		{name: "reference and object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
