@@ -49,8 +49,8 @@ func (o RelatedResourceOrigin) Normalized() RelatedResourceOrigin {
 // +kubebuilder:validation:XValidation:rule="has(self.reference) || has(self.object)",message="set reference (e.g. reference.name.path: spec.secretName) or object (e.g. object.reference.path: spec.secretName) to say where the related object is"
 // +kubebuilder:validation:XValidation:rule="!has(self.object) || !has(self.object.selector) || self.origin == 'service'",message="object.selector finds objects by their labels on the service cluster, so it needs origin: service; for origin kcp locate the object by object.reference or object.template"
 // +kubebuilder:validation:XValidation:rule="!has(self.syncStatus) || !self.syncStatus || self.origin == 'service'",message="syncStatus carries the status of a service-origin related object into kcp; it needs origin: service (the status of a kcp-origin object is not synced)"
-// +kubebuilder:validation:XValidation:rule="!has(self.identityHash)",message="identityHash (a related kind another APIExport provides) is not supported by ferry yet: relate kinds kcp serves to every workspace under the same group, version and resource as the service cluster (e.g. secrets, configmaps)"
-// +kubebuilder:validation:XValidation:rule="!has(self.projection)",message="projection of a related kind is not supported by ferry yet: the related kind is written under the same group, version and resource on both sides"
+// +kubebuilder:validation:XValidation:rule="!has(self.identityHash) || (has(self.group) && size(self.group) > 0)",message="identityHash names the APIExport that provides a kind of an API group; kinds of the core group (secrets, configmaps) have no identity: set group or drop identityHash"
+// +kubebuilder:validation:XValidation:rule="!has(self.projection) || has(self.resource)",message="projection needs the related resource on the origin side written as resource (the lowercase plural, e.g. resource: userdatabases) instead of kind: each side resolves its kind from its resource through its own discovery"
 // +kubebuilder:validation:XValidation:rule="!has(self.mutation) || !has(self.mutation.status) || size(self.mutation.status) == 0 || (has(self.syncStatus) && self.syncStatus)",message="mutation.status rewrites the status carried with syncStatus: set syncStatus: true (origin service) or drop the status steps"
 // +kubebuilder:validation:XValidation:rule="!has(self.watch) || self.origin == 'service'",message="watch narrows what the edge caches of a service-origin related kind on the service cluster; it needs origin: service (the broker watches kcp-origin objects through the APIExport's virtual workspace, not the edge)"
 type RelatedResourceSpec struct {
@@ -118,19 +118,29 @@ type RelatedResourceSpec struct {
 	// +kubebuilder:default=true
 	Cleanup *bool `json:"cleanup,omitempty"`
 
-	// IdentityHash is api-syncagent's way of relating a kind another
-	// APIExport provides (the identity hash of that APIExport, for the
-	// permission claim). Ferry does not relate such kinds yet, so a
-	// document that sets it is refused at admission rather than synced
-	// without it.
+	// IdentityHash relates a kind that another APIExport provides in kcp:
+	// that APIExport's status.identityHash (64 lowercase hex characters).
+	// The broker claims the resource with this identity in ferry's
+	// APIExport, so a consumer workspace that binds the other APIExport
+	// and accepts ferry's claim lets ferry read and write those objects.
+	// Leave it out for kinds kcp serves in every workspace (secrets,
+	// configmaps). The service cluster serves the same group, version and
+	// resource (e.g. the other provider's CRD).
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-f0-9]{64}$')",message="identityHash is the other APIExport's status.identityHash: 64 lowercase hex characters (kubectl get apiexport <name> -o jsonpath='{.status.identityHash}')"
 	IdentityHash string `json:"identityHash,omitempty"`
 
-	// Projection is api-syncagent's way of relating a kind under another
-	// group, version or resource on the destination side. Ferry relates a
-	// kind under the same group, version and resource on both sides, so a
-	// document that sets it is refused at admission rather than synced to
-	// the wrong resource.
+	// Projection relates the kind under another group, version or
+	// resource on the destination side (api-syncagent's semantics): group,
+	// version and resource above are the origin side's (the service
+	// cluster's for origin service, kcp's for origin kcp), and each field
+	// set here replaces its counterpart on the destination side (unset:
+	// unchanged). Typical use: a CRD another PublishedResource of this
+	// edge publishes (schema-only, synchronization disabled) related from
+	// the service cluster into kcp under the APIExport's group, e.g.
+	// projection.group: the APIExport's name. Needs resource (not kind);
+	// the kind on each side is what that side serves the resource as.
 	// +optional
 	Projection *RelatedResourceProjection `json:"projection,omitempty"`
 
@@ -323,16 +333,27 @@ type RelatedResourceSelectorRewrite struct {
 	Template *TemplateExpression `json:"template,omitempty"`
 }
 
-// RelatedResourceProjection is api-syncagent's projection of a related
-// kind (refused at admission; see RelatedResourceSpec.Projection).
+// RelatedResourceProjection is a related kind's group, version and
+// resource on the destination side; each unset (or empty) field keeps the
+// origin side's. An empty group keeps the origin's group, so a kind cannot
+// be projected into the core group.
+// +kubebuilder:validation:XValidation:rule="(has(self.group) && size(self.group) > 0) || (has(self.version) && size(self.version) > 0) || (has(self.resource) && size(self.resource) > 0)",message="projection sets at least one of group, version and resource (the related kind's on the destination side, e.g. projection.group: the APIExport's name); remove an empty projection"
 type RelatedResourceProjection struct {
-	// Group on the destination side.
+	// Group on the destination side, e.g. the APIExport's name for a kind
+	// another PublishedResource of this edge publishes.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="projection.group is an API group in lowercase, e.g. api.example.com"
 	Group string `json:"group,omitempty"`
-	// Version on the destination side.
+	// Version on the destination side, e.g. v1alpha1.
 	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="projection.version is an API version in lowercase, e.g. v1 or v1alpha1"
 	Version string `json:"version,omitempty"`
-	// Resource on the destination side.
+	// Resource on the destination side: the lowercase plural, e.g.
+	// userdatabases.
 	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="projection.resource is the lowercase plural as `kubectl api-resources` lists it (e.g. userdatabases, not UserDatabases or UserDatabase): kcp and Kubernetes serve only lowercase resource names"
 	Resource string `json:"resource,omitempty"`
 }

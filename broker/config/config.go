@@ -77,7 +77,9 @@ type Edge struct {
 	// "widgets.example.com": resource.group, core resources without a
 	// group) this edge's PublishedResources may name in spec.related[]: the
 	// broker claims them in the consumers' workspaces (permission claims)
-	// and reads or writes them there. A PublishedResource naming anything
+	// and reads or writes them there. An entry is checked under its kcp
+	// side: its projection for origin service, the resource it names for
+	// origin kcp. A PublishedResource naming anything
 	// else is refused by the broker (BrokerRefused). Optional: default
 	// secrets and configmaps. Cluster-scoped kinds are always refused.
 	RelatedResources []string `json:"relatedResources,omitempty"`

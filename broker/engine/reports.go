@@ -63,6 +63,9 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 	if err != nil {
 		return r, false, err
 	}
+	if err := resolveRelatedKinds(refs, res.GetRelatedKinds()); err != nil {
+		return r, false, err
+	}
 	versions := projection.SelectedVersions(&spec.Resource, &crd)
 	hasStatus := true
 	for _, v := range crd.Spec.Versions {
@@ -83,6 +86,23 @@ func syncedResource(msg *ferryv1.Publish, spec *ferryv1alpha1.PublishedResourceS
 		ConsumerOrphan:    spec.ConsumerOrphanAllowed(),
 		AdoptFinalizer:    adoptFinalizer(spec.Adopt),
 	}, true, nil
+}
+
+// resolveRelatedKinds records on the projected entries of refs the kinds
+// the publisher found in kcp (PublishResult.related_kinds): the edge sends
+// no kind for them, and the kind on the service cluster may differ.
+func resolveRelatedKinds(refs []*related.Reference, kinds []*ferryv1.RelatedKind) error {
+	for _, ref := range refs {
+		if !ref.Projected {
+			continue
+		}
+		i := slices.IndexFunc(kinds, func(k *ferryv1.RelatedKind) bool { return k.GetIdentifier() == ref.Identifier })
+		if i < 0 || kinds[i].GetKind() == "" {
+			return fmt.Errorf("spec.related[%s]: the publish found no kind in kcp for the projected resource %s", ref.Identifier, ref.Resource)
+		}
+		ref.ResolveKind(kinds[i].GetKind())
+	}
+	return nil
 }
 
 // reportTask is one edge report to apply to kcp.

@@ -21,7 +21,6 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/retry"
@@ -30,6 +29,7 @@ import (
 	ferryv1alpha1 "github.com/ferry-dev/ferry/api/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/pkg/projection"
+	"github.com/ferry-dev/ferry/pkg/related"
 )
 
 // claimVerbs are the verbs claimed on related resources' kinds: the broker
@@ -95,6 +95,13 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 		}
 		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", msg)
 	}
+	relatedKinds, refusal, err := p.projectedKinds(ctx, export, plural, proj.Kind, spec.Related)
+	switch {
+	case err != nil:
+		return nil, err
+	case refusal != "":
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", refusal)
+	}
 	ars := proj.Schema
 	if _, err := p.client.Cluster(path).ApisV1alpha1().APIResourceSchemas().Create(ctx, ars, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
@@ -105,6 +112,9 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	}
 
 	claims := relatedClaims(export.Name, spec.Related)
+	if msg := identityClaimProblem(claims); msg != "" {
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", msg)
+	}
 	if spec.Synchronization == nil || spec.Synchronization.Enabled == nil || *spec.Synchronization.Enabled {
 		// Sync failures are reported as Events on the kcp objects.
 		claims = append(claims, eventsClaim())
@@ -122,10 +132,14 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 			})
 		}
 	}
+	var rewrite string // a claim this publish would have to rewrite
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		current, err := p.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, export.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
+		}
+		if rewrite = claimRewriteProblem(export, current.Spec.PermissionClaims, claims); rewrite != "" {
+			return nil
 		}
 		if !mergeExport(&current.Spec, export.Name, plural, ars.Name, claims) {
 			return nil
@@ -138,6 +152,9 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot update APIExport %s: %w", export, err)
+	}
+	if rewrite != "" {
+		return fail(ferryv1alpha1.ReasonBrokerRefused, "%s", rewrite)
 	}
 
 	// Ownership moves only once the export says so.
@@ -154,6 +171,7 @@ func (p *Publisher) Apply(ctx context.Context, export config.APIExportRef, owner
 	res.ResourceSchemaName = ars.Name
 	res.ProjectedKind = proj.Kind
 	res.ServedResource = &ferryv1.GroupVersionResource{Group: proj.Resource.Group, Version: proj.Resource.Version, Resource: plural}
+	res.RelatedKinds = relatedKinds
 	return res, nil
 }
 
@@ -202,17 +220,10 @@ func eventsClaim() apisv1alpha2.PermissionClaim {
 
 // relatedResource is the resource a related entry names in kcp: its
 // resource (api-syncagent's spelling) when set, else the plural of its
-// kind.
+// kind; with a projection, the projected resource for origin service (the
+// edge derives the same pair, pkg/related).
 func relatedResource(r ferryv1alpha1.RelatedResourceSpec) schema.GroupVersionResource {
-	version := r.Version
-	if version == "" {
-		version = "v1"
-	}
-	if r.Resource != "" {
-		return schema.GroupVersionResource{Group: r.Group, Version: version, Resource: r.Resource}
-	}
-	plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: r.Group, Version: version, Kind: r.Kind})
-	return plural
+	return related.KCPResource(&r)
 }
 
 // relatedClaims are the permission claims related resources need; the
@@ -226,8 +237,12 @@ func relatedClaims(ownGroup string, related []ferryv1alpha1.RelatedResourceSpec)
 			continue
 		}
 		c := apisv1alpha2.PermissionClaim{
-			GroupResource: apisv1alpha2.GroupResource{Group: r.Group, Resource: plural.Resource},
+			GroupResource: apisv1alpha2.GroupResource{Group: plural.Group, Resource: plural.Resource},
 			Verbs:         slices.Clone(claimVerbs),
+			// A kind another APIExport provides is claimed with that
+			// export's identity; kcp serves it to ferry's virtual
+			// workspace only in workspaces that bind that export.
+			IdentityHash: r.IdentityHash,
 		}
 		if !slices.ContainsFunc(out, c.EqualGRI) {
 			out = append(out, c)
@@ -244,7 +259,15 @@ func relatedClaims(ownGroup string, related []ferryv1alpha1.RelatedResourceSpec)
 //
 // The APIExport's own resources (group ownGroup) are not served in its
 // workspace, only to bound workspaces: their scope is the one their
-// PublishedResource publishes, and the edge checked it on its CRD.
+// PublishedResource publishes, and the edge checked it on its CRD. A kind
+// of another APIExport (identityHash) is checked where the APIExport's
+// workspace serves it (it binds that export) and let through where it does
+// not: kcp serves such a kind only in workspaces that bind its export, and
+// finding that export by its identity needs reads across all workspaces
+// the broker is not given. Containment holds without the check: the edge
+// refuses a related kind that is cluster-scoped in the service cluster,
+// and the broker reads and writes related objects only under a namespace
+// (namespaced paths of a cluster-scoped resource are not found in kcp).
 func relatedScopeProblem(ownGroup string, specs []ferryv1alpha1.RelatedResourceSpec, resourcesFor func(groupVersion string) (*metav1.APIResourceList, error)) (string, error) {
 	for _, r := range specs {
 		plural := relatedResource(r)
@@ -254,6 +277,9 @@ func relatedScopeProblem(ownGroup string, specs []ferryv1alpha1.RelatedResourceS
 		gv := plural.GroupVersion()
 		list, err := resourcesFor(gv.String())
 		if apierrors.IsNotFound(err) {
+			if r.IdentityHash != "" {
+				continue // not served here: see above
+			}
 			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil
 		}
 		if err != nil {
@@ -261,6 +287,8 @@ func relatedScopeProblem(ownGroup string, specs []ferryv1alpha1.RelatedResourceS
 		}
 		i := slices.IndexFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == plural.Resource })
 		switch {
+		case i < 0 && r.IdentityHash != "":
+			continue // not served here: see above
 		case i < 0:
 			return fmt.Sprintf("spec.related[%s]: kcp does not serve %s", r.Identifier, plural.GroupResource()), nil
 		case !list.APIResources[i].Namespaced:

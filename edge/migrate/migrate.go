@@ -212,19 +212,10 @@ func (r *Result) spec(spec map[string]any, schema apiextensionsv1.JSONSchemaProp
 	return spec
 }
 
-// related drops what ferry refuses in a related entry: related kinds of
-// other APIExports and projections. Its mutation is carried over like the
-// primary's (Rudi steps dropped); status steps only with syncStatus.
+// related carries a related entry over: identityHash and projection as
+// written (ferry honours them as api-syncagent does), its mutation like the
+// primary's (Rudi steps dropped), status steps only with syncStatus.
 func (r *Result) related(path string, entry map[string]any) {
-	for _, f := range []struct{ field, why string }{
-		{"identityHash", "ferry does not relate kinds of another APIExport yet; relate kinds kcp serves in every workspace (e.g. secrets, configmaps)"},
-		{"projection", "ferry relates a kind under the same group, version and resource on both sides; a projected related kind cannot be carried over"},
-	} {
-		if _, set := entry[f.field]; set {
-			delete(entry, f.field)
-			r.Changes = append(r.Changes, Change{Path: path + "." + f.field, Kind: Lossy, Message: f.why})
-		}
-	}
 	m, ok := entry["mutation"].(map[string]any)
 	if !ok {
 		return

@@ -104,8 +104,8 @@ func TestConvert(t *testing.T) {
 		wantLossy: []string{"spec.mutation.spec[0].rudi"},
 	}, {
 		name:      "related fields ferry refuses",
-		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, identityHash: abc, projection: {group: x}, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
-		wantLossy: []string{"spec.related[0].identityHash", "spec.related[0].projection", "spec.related[0].mutation.status[0].rudi"},
+		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: service, resource: things, object: {reference: {path: spec.s}}, mutation: {status: [{rudi: {script: s}}]}}]}",
+		wantLossy: []string{"spec.related[0].mutation.status[0].rudi"},
 	}, {
 		name:     "related mutation carried over",
 		doc:      "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, kind: Secret, object: {reference: {path: spec.users.#.name}}, mutation: {spec: [{regex: {path: data.x, pattern: a, replacement: b}}]}}]}",
@@ -114,6 +114,10 @@ func TestConvert(t *testing.T) {
 		name:      "related status mutation needs syncStatus",
 		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, kind: Secret, object: {reference: {path: spec.s}}, mutation: {status: [{delete: {path: status.x}}]}}]}",
 		wantLossy: []string{"spec.related[0].mutation.status"},
+	}, {
+		name:     "related identityHash carried over",
+		doc:      "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: a, origin: kcp, group: other.example.com, resource: things, identityHash: abc, object: {reference: {path: spec.s}}}]}",
+		wantPath: map[string]any{"identityHash": "abc"},
 	}, {
 		name:      "top-level junk",
 		doc:       "apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\nspec: {resource: {apiGroup: g, kind: K, version: v1}}\nextra: 1",
@@ -159,6 +163,17 @@ func TestConvert(t *testing.T) {
 			if r.Object["apiVersion"] != "ferry.dev/v1alpha1" {
 				t.Errorf("apiVersion %v", r.Object["apiVersion"])
 			}
+			// wantPath: fields of the first related entry, as written.
+			for k, want := range tt.wantPath {
+				spec, _ := r.Object["spec"].(map[string]any)
+				related, _ := spec["related"].([]any)
+				if len(related) == 0 {
+					t.Fatalf("no spec.related in %v", r.Object)
+				}
+				if got := related[0].(map[string]any)[k]; got != want {
+					t.Errorf("spec.related[0].%s = %v, want %v", k, got, want)
+				}
+			}
 		})
 	}
 }
@@ -199,5 +214,33 @@ func TestAdoption(t *testing.T) {
 		if n["allowExistingNamespaces"] != true || n["namespace"] != "kube-system" {
 			t.Errorf("spec.naming = %v, want the rule kept and existing namespaces allowed", n)
 		}
+	}
+}
+
+// TestConvertCarriesRelatedProjection: a related entry's projection is
+// ferry's too now; it is carried over as written, not dropped as lossy.
+func TestConvertCarriesRelatedProjection(t *testing.T) {
+	c := converter(t)
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte("apiVersion: syncagent.kcp.io/v1alpha1\nkind: PublishedResource\nmetadata: {name: x}\n"+
+		"spec: {resource: {apiGroup: g, kind: K, version: v1}, related: [{identifier: db, origin: service, group: db.corp.example, version: v1alpha1, resource: userdatabases, "+
+		"projection: {group: api.example.com, version: v2}, object: {reference: {path: spec.db}}}]}"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Convert(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Lossy() {
+		t.Errorf("lossy: %v", r.Changes)
+	}
+	spec, _ := r.Object["spec"].(map[string]any)
+	rel, _ := spec["related"].([]any)
+	if len(rel) != 1 {
+		t.Fatalf("related = %v", spec["related"])
+	}
+	p, _ := rel[0].(map[string]any)["projection"].(map[string]any)
+	if p["group"] != "api.example.com" || p["version"] != "v2" {
+		t.Errorf("projection = %v, want group api.example.com and version v2", p)
 	}
 }

@@ -174,8 +174,12 @@ func (r *Reconciler) forCRD(ctx context.Context, o client.Object) []reconcile.Re
 // relatesCRD tells whether a related[] entry of pr names crd's kind or
 // resource.
 func relatesCRD(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.CustomResourceDefinition) bool {
-	for _, r := range pr.Spec.Related {
-		if r.Group == crd.Spec.Group && (r.Kind != "" && r.Kind == crd.Spec.Names.Kind || r.Resource != "" && r.Resource == crd.Spec.Names.Plural) {
+	for i := range pr.Spec.Related {
+		r := &pr.Spec.Related[i]
+		// The service cluster's side of the entry: its projection for
+		// origin kcp.
+		local := related.ServiceResource(r)
+		if local.Group == crd.Spec.Group && (r.Projection == nil && r.Kind != "" && r.Kind == crd.Spec.Names.Kind || local.Resource == crd.Spec.Names.Plural) {
 			return true
 		}
 	}
@@ -675,7 +679,9 @@ func newPublish(pr *ferryv1alpha1.PublishedResource, crd *apiextensionsv1.Custom
 	sent := pr.Spec.DeepCopy()
 	for i := range sent.Related {
 		for _, r := range rel {
-			if r.Identifier == sent.Related[i].Identifier && r.ByResource {
+			// A projected entry's kinds differ by side: the broker finds
+			// the one in kcp itself.
+			if r.Identifier == sent.Related[i].Identifier && r.ByResource && !r.Projected {
 				sent.Related[i].Kind = r.Kind.Kind
 			}
 		}
@@ -723,12 +729,17 @@ func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *ap
 		where := fmt.Sprintf("spec.related[%s]", ref.Identifier)
 		if ref.ByResource {
 			// api-syncagent's spelling names the resource: its kind is
-			// what the service cluster serves it as.
-			gvk, err := r.Mapper.KindFor(ref.Resource)
+			// what the service cluster serves it as (the projected
+			// resource for origin kcp).
+			gvk, err := r.Mapper.KindFor(ref.Service)
 			if err != nil {
-				return nil, fmt.Errorf("%s: resource %s is not served by the service cluster (write the lowercase plural, e.g. secrets, with its group and version): %w", where, ref.Resource, err)
+				what := "write the lowercase plural, e.g. secrets, with its group and version"
+				if ref.Projected && ref.Origin == ferryv1alpha1.OriginKCP {
+					what = "for origin kcp, projection names the service cluster's group, version and resource"
+				}
+				return nil, fmt.Errorf("%s: resource %s is not served by the service cluster (%s): %w", where, ref.Service, what, err)
 			}
-			ref.ResolveKind(gvk.Kind)
+			ref.ResolveServiceKind(gvk.Kind)
 		}
 		if err := ref.CheckMutation(templating.SampleData(ref.Kind.GroupVersion().String(), ref.Kind.Kind, true)); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
@@ -736,12 +747,13 @@ func (r *Reconciler) compileRelated(pr *ferryv1alpha1.PublishedResource, crd *ap
 		if ref.UsesClusterPath() && !pr.Spec.EnableWorkspacePaths {
 			return nil, fmt.Errorf("%s: a template reads .ClusterPath, which is known only with spec.enableWorkspacePaths: true", where)
 		}
-		mapping, err := r.Mapper.RESTMapping(ref.Kind.GroupKind(), ref.Kind.Version)
+		local := ref.Service.GroupVersion().WithKind(ref.ServiceKind)
+		mapping, err := r.Mapper.RESTMapping(local.GroupKind(), local.Version)
 		if err != nil {
-			return nil, fmt.Errorf("%s: kind %s is not served by the service cluster: %w", where, ref.Kind, err)
+			return nil, fmt.Errorf("%s: kind %s is not served by the service cluster: %w", where, local, err)
 		}
 		if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
-			return nil, fmt.Errorf("%s: kind %s is cluster-scoped; related objects must be namespaced", where, ref.Kind)
+			return nil, fmt.Errorf("%s: kind %s is cluster-scoped; related objects must be namespaced", where, local)
 		}
 		if crd.Spec.Scope != apiextensionsv1.NamespaceScoped && !ref.HasNamespace() {
 			return nil, fmt.Errorf("%s: %s is cluster-scoped, so reference.namespace is required", where, crd.Spec.Names.Kind)

@@ -134,3 +134,89 @@ func TestCRDEventReachesPublishedResourcesRelatingIt(t *testing.T) {
 		t.Errorf("requests %v, want by-kind and by-resource", got)
 	}
 }
+
+// TestRelatedProjectionOnTheEdge: the edge resolves the service cluster's
+// side of a projected entry — the configured resource for origin service,
+// the projected one for origin kcp — and sends the spec as written: the
+// kind in kcp is the broker's to find (the service cluster's kind may
+// differ from it). A projected resource the service cluster does not serve
+// says that the projection names the service cluster's side; and a CRD of
+// the projected resource wakes an origin-kcp entry.
+func TestRelatedProjectionOnTheEdge(t *testing.T) {
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Group: "db.corp.example", Version: "v1alpha1", Kind: "UserDatabase"}, meta.RESTScopeNamespace)
+	objRef := &ferryv1alpha1.RelatedResourceObject{RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{
+		Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.secretName"}}}
+	for _, tc := range []struct {
+		name          string
+		entry         ferryv1alpha1.RelatedResourceSpec
+		wantLocalKind string
+		wantLocal     string
+		wantErr       string
+	}{
+		{name: "origin service: the configured resource is local",
+			entry: ferryv1alpha1.RelatedResourceSpec{Origin: ferryv1alpha1.OriginService, Group: "db.corp.example", Version: "v1alpha1", Resource: "userdatabases",
+				Projection: &ferryv1alpha1.RelatedResourceProjection{Group: "widgets.example.com", Version: "v1"}, Object: objRef},
+			wantLocalKind: "UserDatabase", wantLocal: "db.corp.example/v1alpha1, Resource=userdatabases"},
+		{name: "origin kcp: the projected resource is local",
+			entry: ferryv1alpha1.RelatedResourceSpec{Origin: ferryv1alpha1.OriginKCP, Resource: "secrets",
+				Projection: &ferryv1alpha1.RelatedResourceProjection{Resource: "configmaps"}, Object: objRef},
+			wantLocalKind: "ConfigMap", wantLocal: "/v1, Resource=configmaps"},
+		{name: "origin kcp: the projected resource is not served",
+			entry: ferryv1alpha1.RelatedResourceSpec{Origin: ferryv1alpha1.OriginKCP, Group: "widgets.example.com", Resource: "userdatabases",
+				Projection: &ferryv1alpha1.RelatedResourceProjection{Group: "db.corp.example", Version: "v2"}, Object: objRef},
+			wantErr: "for origin kcp, projection names the service cluster's group, version and resource"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := widgetPR("widgets", time.Now(), nil)
+			tc.entry.Identifier = "db"
+			pr.Spec.Related = []ferryv1alpha1.RelatedResourceSpec{tc.entry}
+			r := &Reconciler{Mapper: mapper}
+			refs, err := r.compileRelated(pr, widgetCRD())
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := refs[0].ServiceKind; got != tc.wantLocalKind {
+				t.Errorf("local kind = %q, want %q", got, tc.wantLocalKind)
+			}
+			if got := refs[0].Local.String(); got != tc.wantLocal {
+				t.Errorf("local resource = %s, want %s", got, tc.wantLocal)
+			}
+			if refs[0].Kind.Kind != "" {
+				t.Errorf("the edge set the kind in kcp to %q; it is the broker's to find", refs[0].Kind.Kind)
+			}
+			msg, err := newPublish(pr, widgetCRD(), refs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sent ferryv1alpha1.PublishedResourceSpec
+			if err := json.Unmarshal(msg.GetSpec(), &sent); err != nil {
+				t.Fatal(err)
+			}
+			if got := sent.Related[0].Kind; got != "" {
+				t.Errorf("the Publish carries kind %q for a projected entry, want none", got)
+			}
+		})
+	}
+
+	reverse := widgetPR("reverse", time.Now(), nil)
+	reverse.Spec.Related = []ferryv1alpha1.RelatedResourceSpec{{Identifier: "db", Origin: ferryv1alpha1.OriginKCP, Group: "widgets.example.com", Version: "v1", Resource: "userdbs",
+		Projection: &ferryv1alpha1.RelatedResourceProjection{Group: "db.corp.example", Version: "v1alpha1", Resource: "userdatabases"}, Object: objRef}}
+	crd := &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "db.corp.example",
+		Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "UserDatabase", Plural: "userdatabases"}}}
+	if !relatesCRD(reverse, crd) {
+		t.Error("the CRD of an origin-kcp entry's projected resource does not wake its PublishedResource")
+	}
+	kcpSide := &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "widgets.example.com",
+		Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Userdb", Plural: "userdbs"}}}
+	if relatesCRD(reverse, kcpSide) {
+		t.Error("a CRD of the kcp side's resource wakes an origin-kcp entry that writes the projected one")
+	}
+}

@@ -148,7 +148,7 @@ func liveEngineWith(t *testing.T, setup engineSetup, objs ...runtime.Object) *En
 	localNS.SetName("local-ns")
 	localNS.SetLabels(nsLabels)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{localGVR: "ThingList", namespacesGVR: "NamespaceList", secretsGVR: "SecretList"}, append(objs, localNS)...)
+		map[schema.GroupVersionResource]string{localGVR: "ThingList", namespacesGVR: "NamespaceList", secretsGVR: "SecretList", configMapsGVR: "ConfigMapList"}, append(objs, localNS)...)
 	// The fake client's watches ignore label selectors; the API server's
 	// do not (a copy of another agent name is never seen).
 	dyn.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {

@@ -244,7 +244,7 @@ func (e *Engine) reportRelatedRefLocked(w *localWatch, primary *unstructured.Uns
 			Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT,
 			Message: fmt.Sprintf("related %q: %s %s in the service cluster is referenced by %d objects synced by ferry; it is copied for none of them "+
 				"until only one references it (give each its own name, e.g. with a spec mutation that uses the local name)",
-				ref.Identifier, ref.Kind.Kind, nsName(ns, name), n),
+				ref.Identifier, ref.ServiceKind, nsName(ns, name), n),
 		}}
 	}
 	if prev != at {
@@ -376,13 +376,13 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 	create, err := e.mayRelateLocked(pk.GetCluster(), primary.GetNamespace(), ns, ref)
 	e.mu.Unlock()
 	if err != nil {
-		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, false, "the edge does not write %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+		return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_FORBIDDEN, false, "the edge does not write %s %s: %v", ref.ServiceKind, nsName(ns, name), err)
 	}
 	if create {
 		// Labelled for the workspace: from now on the workspace's, and
 		// cached by the related watches like every namespace ferry made.
 		if err := e.place(ctx, placement{workspace: pk.GetCluster()}, ns); err != nil {
-			return nack(in, classify(err), !errors.Is(err, errForbidden), "the edge does not write %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+			return nack(in, classify(err), !errors.Is(err, errForbidden), "the edge does not write %s %s: %v", ref.ServiceKind, nsName(ns, name), err)
 		}
 	}
 	var content map[string]any
@@ -409,7 +409,7 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		if u.GetLabels()[naming.LabelRelatedTo] != pk.GetUid() {
 			return nack(in, ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT, false,
 				"related %q: %s %s already exists in the service cluster and was not created by ferry for this object; not overwriting it",
-				ref.Identifier, ref.Kind.Kind, nsName(ns, name))
+				ref.Identifier, ref.ServiceKind, nsName(ns, name))
 		}
 	}
 	// The reference moved: the copy at the old place goes.
@@ -417,7 +417,7 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		return nack(in, classify(err), true, "%v", err)
 	}
 	local.SetAPIVersion(ref.Local.GroupVersion().String())
-	local.SetKind(ref.Kind.Kind)
+	local.SetKind(ref.ServiceKind)
 	local.SetNamespace(ns)
 	local.SetName(name)
 	local.SetLabels(objects.MergeStrings(local.GetLabels(), map[string]string{
@@ -441,7 +441,7 @@ func (e *Engine) applyRelated(ctx context.Context, in *ferryv1.SyncIntent) *ferr
 		if apierrors.IsNotFound(err) {
 			e.forgetNamespace(ns)
 		}
-		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", ref.Kind.Kind, nsName(ns, name), err)
+		return nack(in, classify(err), retryable(err), "the service cluster refused %s %s: %v", ref.ServiceKind, nsName(ns, name), err)
 	}
 	return &ferryv1.IntentResult{Key: key, Version: in.GetVersion(), LocalNamespace: ns, LocalName: name}
 }
@@ -457,7 +457,7 @@ func (e *Engine) deleteCopies(ctx context.Context, ref *Related, copies []any, k
 			Preconditions: &metav1.Preconditions{UID: ptrTo(u.GetUID())},
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("cannot delete related %s %s: %w", ref.Kind.Kind, nsName(u.GetNamespace(), u.GetName()), err)
+			return fmt.Errorf("cannot delete related %s %s: %w", ref.ServiceKind, nsName(u.GetNamespace(), u.GetName()), err)
 		}
 	}
 	return nil
@@ -519,7 +519,7 @@ func (e *Engine) releaseCopies(ctx context.Context, ref *Related, copies []any) 
 		}
 		_, err = e.opts.Dynamic.Resource(ref.Local).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("cannot release related %s %s: %w", ref.Kind.Kind, nsName(u.GetNamespace(), u.GetName()), err)
+			return fmt.Errorf("cannot release related %s %s: %w", ref.ServiceKind, nsName(u.GetNamespace(), u.GetName()), err)
 		}
 	}
 	return nil

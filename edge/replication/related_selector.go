@@ -75,7 +75,7 @@ func (e *Engine) reportSelectedLocked(primary *unstructured.Unstructured, ref *R
 				Reason: ferryv1.ApplyErrorReason_APPLY_ERROR_REASON_CONFLICT,
 				Message: fmt.Sprintf("related %q: a %s the selector finds in namespace %s of the service cluster is also related to %d other objects synced by ferry; "+
 					"none is copied until each object is found for one primary only (select by a label unique per primary, e.g. one holding its local name)",
-					ref.Identifier, ref.Kind.Kind, ns, n-1),
+					ref.Identifier, ref.ServiceKind, ns, n-1),
 			}}
 			break
 		}
@@ -137,7 +137,7 @@ func selectRelated(rw *relatedWatch, ref *Related, primary *unstructured.Unstruc
 		byName[name] = u.GetName()
 		data, err := json.Marshal(content.Object)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot encode %s %s: %w", ref.Kind.Kind, nsName(ns, u.GetName()), err)
+			return nil, nil, fmt.Errorf("cannot encode %s %s: %w", ref.ServiceKind, nsName(ns, u.GetName()), err)
 		}
 		set.Entries = append(set.Entries, &ferryv1.RelatedObjectSetEntry{LocalName: u.GetName(), Name: name, Object: data})
 		keys = append(keys, gvrKey(ref.Local, ns, u.GetName()))

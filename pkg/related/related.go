@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -34,15 +33,27 @@ type Reference struct {
 	// Origin is the side that owns the object: OriginService or OriginKCP,
 	// never the alias OriginPlatform.
 	Origin ferryv1alpha1.RelatedResourceOrigin
-	// Kind is the related object's group/version/kind (version defaults to
-	// v1). Kind.Kind is empty when the entry names a resource only and the
-	// kind was not resolved yet (ResolveKind).
+	// Kind is the related object's group/version/kind in kcp (version
+	// defaults to v1): what the broker writes there. Kind.Kind is empty
+	// when the entry names a resource only and the kind was not resolved
+	// yet (ResolveKind).
 	Kind schema.GroupVersionKind
 	// Resource is the related kind's resource in kcp — what the broker
-	// claims. It is the entry's resource when it names one, else the
-	// conventional plural of Kind; the edge resolves the service cluster's
-	// own resource through discovery.
+	// claims, watches and writes. It is the entry's resource when it names
+	// one, else the conventional plural of Kind; with a projection it is
+	// the projected resource for origin service (Sides).
 	Resource schema.GroupVersionResource
+	// Service is the related kind's resource on the service cluster as the
+	// entry names it (the projected one for origin kcp); for an entry that
+	// names a kind, the edge resolves the exact resource through the
+	// service cluster's discovery.
+	Service schema.GroupVersionResource
+	// ServiceKind is the related kind on the service cluster: the entry's
+	// kind, or what the edge resolved (ResolveServiceKind, ResolveKind).
+	ServiceKind string
+	// Projected tells that the entry has a projection: the kind may differ
+	// between the sides, and each side resolves its own.
+	Projected bool
 	// ByResource tells that the entry named the resource (api-syncagent's
 	// spelling) rather than the kind.
 	ByResource bool
@@ -52,6 +63,10 @@ type Reference struct {
 	// SyncStatus tells whether the object's status is carried to the copy
 	// (origin service only).
 	SyncStatus bool
+	// IdentityHash is the identity of the APIExport that provides the
+	// related kind in kcp (empty for kinds kcp serves in every workspace);
+	// the broker's permission claim carries it.
+	IdentityHash string
 
 	name      locator
 	namespace *locator
@@ -147,20 +162,12 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 	if origin != ferryv1alpha1.OriginService && origin != ferryv1alpha1.OriginKCP {
 		return nil, fmt.Errorf("origin %q: must be %q or %q", s.Origin, ferryv1alpha1.OriginService, ferryv1alpha1.OriginKCP)
 	}
-	// api-syncagent's fields ferry does not honour yet (admission refuses
-	// them too): never silently ignored.
-	switch {
-	case s.IdentityHash != "":
-		return nil, errors.New("identityHash: related kinds of another APIExport are not supported yet")
-	case s.Projection != nil:
-		return nil, errors.New("projection: a related kind is related under the same group, version and resource on both sides")
+	if err := checkIdentityHash(s.Group, s.IdentityHash); err != nil {
+		return nil, err
 	}
-	version := s.Version
-	if version == "" {
-		version = "v1"
-	}
-	gvk := schema.GroupVersionKind{Group: s.Group, Version: version, Kind: s.Kind}
-	ref := &Reference{Identifier: id, Origin: origin, Kind: gvk, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus}
+	// Kind, Resource and Service are set below (Sides: version defaults
+	// to v1).
+	ref := &Reference{Identifier: id, Origin: origin, Cleanup: s.Cleanup == nil || *s.Cleanup, SyncStatus: s.SyncStatus, IdentityHash: s.IdentityHash}
 	if s.SyncStatus && origin != ferryv1alpha1.OriginService {
 		return nil, errors.New("syncStatus: only a service-origin related object's status is carried into kcp; set origin: service or drop syncStatus")
 	}
@@ -179,12 +186,27 @@ func compileOne(s *ferryv1alpha1.RelatedResourceSpec) (*Reference, error) {
 		if errs := validation.IsDNS1123Label(s.Resource); len(errs) > 0 {
 			return nil, fmt.Errorf("resource %q: the lowercase plural, e.g. secrets: %s", s.Resource, strings.Join(errs, "; "))
 		}
-		ref.Resource = schema.GroupVersionResource{Group: s.Group, Version: version, Resource: s.Resource}
 		ref.ByResource = true
 	case s.Kind != "":
-		ref.Resource, _ = meta.UnsafeGuessKindToResource(gvk)
 	default:
 		return nil, errors.New("set kind (e.g. Secret) or resource (e.g. secrets)")
+	}
+	if s.Projection != nil {
+		if err := checkProjection(s); err != nil {
+			return nil, err
+		}
+	}
+	kcp, service := KCPResource(s), ServiceResource(s)
+	ref.Resource, ref.Service = kcp, service
+	ref.Kind = kcp.GroupVersion().WithKind("")
+	if s.Projection == nil {
+		// Both sides serve the same resource: the kind named (or resolved
+		// by the edge and sent along) is the kind on both.
+		ref.Kind.Kind, ref.ServiceKind = s.Kind, s.Kind
+	} else {
+		// Each side resolves its kind from its resource: the edge through
+		// the service cluster's discovery, the broker in kcp.
+		ref.Projected = true
 	}
 	switch {
 	case s.Reference != nil && s.Object != nil:
@@ -337,9 +359,25 @@ func (r *Reference) UsesClusterPath() bool {
 		r.selector != nil && r.selector.usesClusterPath
 }
 
-// ResolveKind records the kind the entry's resource is served as (the
-// edge finds it through the service cluster's discovery).
-func (r *Reference) ResolveKind(kind string) { r.Kind.Kind = kind }
+// ResolveKind records the kind the entry's resource is served as in kcp;
+// without a projection the service cluster serves the same kind (the edge
+// finds it through its discovery), so it is recorded for both sides.
+func (r *Reference) ResolveKind(kind string) {
+	r.Kind.Kind = kind
+	if !r.Projected {
+		r.ServiceKind = kind
+	}
+}
+
+// ResolveServiceKind records the kind the service cluster serves the
+// entry's service-side resource as (the edge finds it through discovery).
+// Without a projection it is the kind in kcp too.
+func (r *Reference) ResolveServiceKind(kind string) {
+	r.ServiceKind = kind
+	if !r.Projected {
+		r.Kind.Kind = kind
+	}
+}
 
 // IsSelector tells whether the entry finds its objects by labels
 // (FindSelector, Rewrite) rather than by name (Locate).

@@ -119,10 +119,10 @@ func TestCompileErrors(t *testing.T) {
 		{name: "no kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind = "" }, wantErr: "set kind (e.g. Secret) or resource"},
 		{name: "syncStatus with origin kcp", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Origin, s.SyncStatus = ferryv1alpha1.OriginKCP, true },
 			wantErr: "syncStatus: only a service-origin related object's status"},
-		{name: "identityHash", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = "abc" }, wantErr: "identityHash: related kinds of another APIExport"},
-		{name: "projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
-			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
-		}, wantErr: "projection: a related kind is related under the same"},
+		{name: "identityHash not a hash", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Group, s.IdentityHash = "other.example.com", "abc" },
+			wantErr: "identityHash: the other APIExport's status.identityHash is 64 lowercase hex characters"},
+		{name: "identityHash of a core kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.IdentityHash = strings.Repeat("ab", 32) },
+			wantErr: "identityHash: kinds of the core group have no identity"},
 		{name: "mutation with a bad regex", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
 			s.Mutation = &ferryv1alpha1.ResourceMutationSpec{Spec: []ferryv1alpha1.ResourceMutation{
 				{Regex: &ferryv1alpha1.RegexMutation{Path: "data.x", Pattern: "(", Replacement: "y"}}}}
@@ -157,6 +157,18 @@ func TestCompileErrors(t *testing.T) {
 				RelatedResourceObjectSpec: ferryv1alpha1.RelatedResourceObjectSpec{Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.users.#.name"}},
 				Namespace:                 &ferryv1alpha1.RelatedResourceObjectSpec{Reference: &ferryv1alpha1.RelatedResourceObjectReference{Path: "spec.users.#.ns"}}}
 		}, wantErr: "object.namespace.reference.path"},
+		{name: "projection with kind", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Projection = &ferryv1alpha1.RelatedResourceProjection{Group: "x"}
+		}, wantErr: "projection: name the origin side's resource"},
+		{name: "empty projection", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{}
+		}, wantErr: "projection: set at least one of group, version and resource"},
+		{name: "projection to an uppercase plural", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{Resource: "Secrets"}
+		}, wantErr: "projection.resource \"Secrets\": the lowercase plural"},
+		{name: "projection to an invalid group", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {
+			s.Kind, s.Resource, s.Projection = "", "secrets", &ferryv1alpha1.RelatedResourceProjection{Group: "a_b"}
+		}, wantErr: "projection.group \"a_b\""},
 		{name: "uppercase resource", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) { s.Kind, s.Resource = "", "Secrets" },
 			wantErr: `resource "Secrets": the lowercase plural`},
 		{name: "reference and object", mutate: func(s *ferryv1alpha1.RelatedResourceSpec) {

@@ -321,6 +321,10 @@ type PublishResult struct {
 	Revision string `protobuf:"bytes,8,opt,name=revision,proto3" json:"revision,omitempty"`
 	// The kind as served in kcp; set once published.
 	ProjectedKind string `protobuf:"bytes,9,opt,name=projected_kind,json=projectedKind,proto3" json:"projected_kind,omitempty"`
+	// The kinds in kcp of the spec.related[] entries with a projection, found
+	// by the broker in kcp (the edge has no discovery of kcp); set once
+	// published.
+	RelatedKinds  []*RelatedKind `protobuf:"bytes,10,rep,name=related_kinds,json=relatedKinds,proto3" json:"related_kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,6 +422,68 @@ func (x *PublishResult) GetProjectedKind() string {
 	return ""
 }
 
+func (x *PublishResult) GetRelatedKinds() []*RelatedKind {
+	if x != nil {
+		return x.RelatedKinds
+	}
+	return nil
+}
+
+// RelatedKind is the kind in kcp of one spec.related[] entry.
+type RelatedKind struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry's effective identifier. Required.
+	Identifier string `protobuf:"bytes,1,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	// The kind as kcp serves the entry's resource, e.g. "Secret". Required.
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelatedKind) Reset() {
+	*x = RelatedKind{}
+	mi := &file_ferry_v1alpha1_publish_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelatedKind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelatedKind) ProtoMessage() {}
+
+func (x *RelatedKind) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1alpha1_publish_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelatedKind.ProtoReflect.Descriptor instead.
+func (*RelatedKind) Descriptor() ([]byte, []int) {
+	return file_ferry_v1alpha1_publish_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RelatedKind) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+func (x *RelatedKind) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 var File_ferry_v1alpha1_publish_proto protoreflect.FileDescriptor
 
 const file_ferry_v1alpha1_publish_proto_rawDesc = "" +
@@ -434,7 +500,7 @@ const file_ferry_v1alpha1_publish_proto_rawDesc = "" +
 	"\tUnpublish\x12-\n" +
 	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\x127\n" +
 	"\arelease\x18\x02 \x01(\x0e2\x1d.ferry.v1alpha1.ReleasePolicyR\arelease\x12M\n" +
-	"\x0fserved_resource\x18\x03 \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\x0eservedResource\"\x88\x03\n" +
+	"\x0fserved_resource\x18\x03 \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\x0eservedResource\"\xca\x03\n" +
 	"\rPublishResult\x12-\n" +
 	"\x12published_resource\x18\x01 \x01(\tR\x11publishedResource\x12\x1e\n" +
 	"\n" +
@@ -446,7 +512,14 @@ const file_ferry_v1alpha1_publish_proto_rawDesc = "" +
 	"\x14resource_schema_name\x18\x06 \x01(\tR\x12resourceSchemaName\x12M\n" +
 	"\x0fserved_resource\x18\a \x01(\v2$.ferry.v1alpha1.GroupVersionResourceR\x0eservedResource\x12\x1a\n" +
 	"\brevision\x18\b \x01(\tR\brevision\x12%\n" +
-	"\x0eprojected_kind\x18\t \x01(\tR\rprojectedKind*e\n" +
+	"\x0eprojected_kind\x18\t \x01(\tR\rprojectedKind\x12@\n" +
+	"\rrelated_kinds\x18\n" +
+	" \x03(\v2\x1b.ferry.v1alpha1.RelatedKindR\frelatedKinds\"A\n" +
+	"\vRelatedKind\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x01 \x01(\tR\n" +
+	"identifier\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind*e\n" +
 	"\rReleasePolicy\x12\x1e\n" +
 	"\x1aRELEASE_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RELEASE_POLICY_DELETE\x10\x01\x12\x19\n" +
@@ -471,25 +544,27 @@ func file_ferry_v1alpha1_publish_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1alpha1_publish_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1alpha1_publish_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_ferry_v1alpha1_publish_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_ferry_v1alpha1_publish_proto_goTypes = []any{
 	(ReleasePolicy)(0),           // 0: ferry.v1alpha1.ReleasePolicy
 	(PublishState)(0),            // 1: ferry.v1alpha1.PublishState
 	(*Publish)(nil),              // 2: ferry.v1alpha1.Publish
 	(*Unpublish)(nil),            // 3: ferry.v1alpha1.Unpublish
 	(*PublishResult)(nil),        // 4: ferry.v1alpha1.PublishResult
-	(*GroupVersionResource)(nil), // 5: ferry.v1alpha1.GroupVersionResource
+	(*RelatedKind)(nil),          // 5: ferry.v1alpha1.RelatedKind
+	(*GroupVersionResource)(nil), // 6: ferry.v1alpha1.GroupVersionResource
 }
 var file_ferry_v1alpha1_publish_proto_depIdxs = []int32{
 	0, // 0: ferry.v1alpha1.Unpublish.release:type_name -> ferry.v1alpha1.ReleasePolicy
-	5, // 1: ferry.v1alpha1.Unpublish.served_resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	6, // 1: ferry.v1alpha1.Unpublish.served_resource:type_name -> ferry.v1alpha1.GroupVersionResource
 	1, // 2: ferry.v1alpha1.PublishResult.state:type_name -> ferry.v1alpha1.PublishState
-	5, // 3: ferry.v1alpha1.PublishResult.served_resource:type_name -> ferry.v1alpha1.GroupVersionResource
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6, // 3: ferry.v1alpha1.PublishResult.served_resource:type_name -> ferry.v1alpha1.GroupVersionResource
+	5, // 4: ferry.v1alpha1.PublishResult.related_kinds:type_name -> ferry.v1alpha1.RelatedKind
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1alpha1_publish_proto_init() }
@@ -504,7 +579,7 @@ func file_ferry_v1alpha1_publish_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1alpha1_publish_proto_rawDesc), len(file_ferry_v1alpha1_publish_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
