@@ -143,7 +143,7 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	}
 	log = log.WithValues(logging.KeyAgent, hello.GetAgentName())
 
-	state, err := s.resolver.Resolve(ctx, edgeCfg.APIExport)
+	state, err := s.exportState(ctx, edgeCfg.APIExport)
 	if err != nil {
 		log.Error(err, "cannot resolve the APIExport in kcp")
 		var nf *kcp.NotFoundError
@@ -277,6 +277,20 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 	log.Info("edge disconnected", logging.KeyReason, errorText(err))
 	edgeLease.disconnected(err)
 	return err
+}
+
+// exportState is export's state in kcp: from its running engine, whose
+// watch of the export's endpoint slice keeps it current, so a reconnect
+// (or a storm of them) reads nothing from kcp; else resolved in kcp. An
+// engine that has seen no endpoint yet (or none any more: the export may
+// be gone) is not trusted with it.
+func (s *syncService) exportState(ctx context.Context, export config.APIExportRef) (kcp.ExportState, error) {
+	if eng, ok := s.engines.get(export); ok {
+		if urls, known := eng.VirtualWorkspaceURLs(); known && len(urls) > 0 {
+			return kcp.ExportState{LogicalCluster: eng.LogicalCluster(), VirtualWorkspaceURLs: urls}, nil
+		}
+	}
+	return s.resolver.Resolve(ctx, export)
 }
 
 // claim returns this replica's ownership of export when replicas share the
