@@ -23,16 +23,27 @@ import (
 // the consumer workspace from a few goroutines.
 func (e *syncEnv) createRemoteParallel(t testing.TB, names []string) {
 	t.Helper()
-	ch := make(chan string, len(names))
-	for _, n := range names {
-		ch <- n
+	inParallel(t, names, func(name string) error {
+		_, err := e.remote.Namespace("default").Create(context.Background(), e.remoteObject(name), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// inParallel runs do for every item from 8 goroutines (one by one takes kcp
+// most of a minute for a few hundred objects); a failing item fails the
+// test.
+func inParallel[T any](t testing.TB, items []T, do func(T) error) {
+	t.Helper()
+	ch := make(chan T, len(items))
+	for _, it := range items {
+		ch <- it
 	}
 	close(ch)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			for name := range ch {
-				if _, err := e.remote.Namespace("default").Create(context.Background(), e.remoteObject(name), metav1.CreateOptions{}); err != nil {
+			for it := range ch {
+				if err := do(it); err != nil {
 					t.Error(err)
 				}
 			}

@@ -46,6 +46,54 @@ func startReplica(t *testing.T, name, pki string, cfg config.Config) *framework.
 	return b
 }
 
+// replicaPair is two broker replicas sharing one APIExport (its edge
+// configured on both), with the test PKI.
+type replicaPair struct {
+	export config.APIExportRef
+	pki    string
+	a, b   *framework.Broker
+}
+
+func startReplicaPair(t *testing.T) replicaPair {
+	t.Helper()
+	export := newExport(t)
+	pki := newPKI(t, "pki", "edge", "admin")
+	cfg := config.Config{
+		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: export}},
+		Admins: []string{devpki.IdentityFor("admin")},
+	}
+	return replicaPair{export: export, pki: pki, a: startReplica(t, "broker-a", pki, cfg), b: startReplica(t, "broker-b", pki, cfg)}
+}
+
+// waitServedBy waits until replica b serves the edge.
+func (r replicaPair) waitServedBy(t *testing.T, b *framework.Broker) {
+	t.Helper()
+	if _, err := framework.WaitEdgeState(context.Background(), adminConn(t, b, r.pki), devpki.IdentityFor("edge"), ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
+		t.Fatalf("the edge is not served by %s: %v", b.Name, err)
+	}
+}
+
+// syncBehindBalancer starts the edge behind a balancer over both replicas
+// (its first stream lands on broker-a, which so owns the export), publishes
+// a CRD of kind/plural and binds a consumer workspace.
+func (r replicaPair) syncBehindBalancer(t *testing.T, group, kind, plural string) *syncEnv {
+	t.Helper()
+	lb := startBalancer(t, r.a.Address, r.b.Address)
+	p := &pubEnv{label: sanitize(t.Name()), path: env.provider, pki: r.pki, export: r.export, broker: r.a, edgeDial: lb.addr}
+	p.edge = p.startEdge(t)
+	r.waitServedBy(t, r.a)
+	var err error
+	if p.kcp, err = framework.KCPClient(env.kcp.Config); err != nil {
+		t.Fatal(err)
+	}
+	crd := testCRD(group, kind, plural, apiextensionsv1.NamespaceScoped, "v1")
+	apply(t, crd)
+	p.publish(t, plural, ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: group, Kind: kind, Version: "v1"}})
+	e := publishedSyncEnv(t, p, crd)
+	e.useConsumer(t, bindConsumer(t, p, plural[:4]))
+	return e
+}
+
 // TestReplicasSendTheEdgeToTheOwnerAndFailOver: two broker replicas share
 // an APIExport's ownership through its Lease in kcp. An edge pointed at
 // the replica that does not own the export is sent to the owner and served
@@ -54,32 +102,20 @@ func startReplica(t *testing.T, name, pki string, cfg config.Config) *framework.
 // still pointed at it, is served there: a PublishedResource applied after
 // the failover is published through the new owner.
 func TestReplicasSendTheEdgeToTheOwnerAndFailOver(t *testing.T) {
-	ctx := context.Background()
-	export := newExport(t)
-	pki := newPKI(t, "pki", "edge", "admin")
-	cfg := config.Config{
-		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: export}},
-		Admins: []string{devpki.IdentityFor("admin")},
-	}
-	owner := startReplica(t, "broker-a", pki, cfg)
-	other := startReplica(t, "broker-b", pki, cfg)
-	identity := devpki.IdentityFor("edge")
+	r := startReplicaPair(t)
+	owner, other := r.a, r.b
 
 	// The first edge stream makes broker-a the owner.
-	e := &pubEnv{label: sanitize(t.Name()), path: env.provider, pki: pki, export: export, broker: owner}
+	e := &pubEnv{label: sanitize(t.Name()), path: env.provider, pki: r.pki, export: r.export, broker: owner}
 	first := e.startEdge(t)
-	if _, err := framework.WaitEdgeState(ctx, adminConn(t, owner, pki), identity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	r.waitServedBy(t, owner)
 	stopChecked(t, first)
 
 	// An edge pointed at broker-b is sent to broker-a, which still owns
 	// the export (its engine outlives the stream).
 	e.edgeDial = other.Address
 	e.edge = e.startEdge(t)
-	if _, err := framework.WaitEdgeState(ctx, adminConn(t, owner, pki), identity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
-		t.Fatalf("the edge pointed at the non-owner did not reach the owner: %v", err)
-	}
+	r.waitServedBy(t, owner) // the edge pointed at the non-owner reached the owner
 	waitFor(t, "broker-b sent the edge to broker-a", func(context.Context) (bool, string) {
 		log, err := other.Log()
 		return err == nil && containsAll(string(log), []string{"sent the edge to the broker replica that owns its APIExport", owner.Address}),
@@ -94,9 +130,7 @@ func TestReplicasSendTheEdgeToTheOwnerAndFailOver(t *testing.T) {
 	// duration, and the edge, reconnecting to broker-b, is served there.
 	killed := time.Now()
 	owner.Kill()
-	if _, err := framework.WaitEdgeState(ctx, adminConn(t, other, pki), identity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
-		t.Fatalf("no failover to broker-b: %v", err)
-	}
+	r.waitServedBy(t, other)
 	t.Logf("served by broker-b %s after the owner was killed (lease duration %s)", time.Since(killed).Round(100*time.Millisecond), replicaLeaseDuration)
 	crd2 := testCRD("replicas.example.com", "Scow", "scows", apiextensionsv1.NamespaceScoped, "v1")
 	apply(t, crd2)
@@ -114,31 +148,8 @@ func TestReplicasSendTheEdgeToTheOwnerAndFailOver(t *testing.T) {
 func TestReplicaFailoverWhileCreating(t *testing.T) {
 	ctx := context.Background()
 	const n = 500
-	export := newExport(t)
-	pki := newPKI(t, "pki", "edge", "admin")
-	cfg := config.Config{
-		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: export}},
-		Admins: []string{devpki.IdentityFor("admin")},
-	}
-	a := startReplica(t, "broker-a", pki, cfg)
-	b := startReplica(t, "broker-b", pki, cfg)
-	lb := startBalancer(t, a.Address, b.Address) // the first stream lands on broker-a
-	identity := devpki.IdentityFor("edge")
-
-	p := &pubEnv{label: sanitize(t.Name()), path: env.provider, pki: pki, export: export, broker: a, edgeDial: lb.addr}
-	p.edge = p.startEdge(t)
-	if _, err := framework.WaitEdgeState(ctx, adminConn(t, a, pki), identity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if p.kcp, err = framework.KCPClient(env.kcp.Config); err != nil {
-		t.Fatal(err)
-	}
-	crd := testCRD("failover.example.com", "Pontoon", "pontoons", apiextensionsv1.NamespaceScoped, "v1")
-	apply(t, crd)
-	p.publish(t, "pontoons", ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: crd.Spec.Group, Kind: "Pontoon", Version: "v1"}})
-	e := publishedSyncEnv(t, p, crd)
-	e.useConsumer(t, bindConsumer(t, p, "fo"))
+	r := startReplicaPair(t)
+	e := r.syncBehindBalancer(t, "failover.example.com", "Pontoon", "pontoons")
 
 	want := map[string]string{}
 	var names []string
@@ -154,7 +165,7 @@ func TestReplicaFailoverWhileCreating(t *testing.T) {
 	}()
 	// Kill the owner once some copies exist and kcp is still taking
 	// objects.
-	err = framework.Eventually(ctx, 2*time.Minute, 20*time.Millisecond, func(context.Context) (bool, string) {
+	err := framework.Eventually(ctx, 2*time.Minute, 20*time.Millisecond, func(context.Context) (bool, string) {
 		got := len(e.localState(t))
 		return got >= n/10, fmt.Sprintf("%d local copies so far", got)
 	})
@@ -162,11 +173,9 @@ func TestReplicaFailoverWhileCreating(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	a.Kill()
+	r.a.Kill()
 	t.Logf("broker-a (the owner) killed with %d local copies", len(e.localState(t)))
-	if _, err := framework.WaitEdgeState(ctx, adminConn(t, b, pki), identity, ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
-		t.Fatalf("no failover to broker-b: %v", err)
-	}
+	r.waitServedBy(t, r.b)
 	t.Logf("the edge was served by broker-b %s after the kill (lease duration %s)", time.Since(killed).Round(100*time.Millisecond), replicaLeaseDuration)
 	<-created
 	before := e.waitConverged(t, want)
@@ -213,44 +222,19 @@ func setLocalStatusParallel(t testing.TB, e *syncEnv, phase string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan unstructured.Unstructured, len(list.Items))
-	for _, u := range list.Items {
-		ch <- u
-	}
-	close(ch)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for u := range ch {
-				_ = unstructured.SetNestedField(u.Object, phase, "status", "phase")
-				if _, err := e.local.Namespace(u.GetNamespace()).UpdateStatus(context.Background(), &u, metav1.UpdateOptions{}); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	inParallel(t, list.Items, func(u unstructured.Unstructured) error {
+		_ = unstructured.SetNestedField(u.Object, phase, "status", "phase")
+		_, err := e.local.Namespace(u.GetNamespace()).UpdateStatus(context.Background(), &u, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // deleteRemoteParallel deletes the named kcp objects of e.
 func deleteRemoteParallel(t testing.TB, e *syncEnv, names []string) {
 	t.Helper()
-	ch := make(chan string, len(names))
-	for _, n := range names {
-		ch <- n
-	}
-	close(ch)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for name := range ch {
-				if err := e.remote.Namespace("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	inParallel(t, names, func(name string) error {
+		return e.remote.Namespace("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 // rolloutBound is the longest an object may wait during a rolling
@@ -265,29 +249,8 @@ const rolloutBound = 10 * time.Second
 // longer than one reconnect of the edge.
 func TestRollingRestartOfReplicas(t *testing.T) {
 	ctx := context.Background()
-	export := newExport(t)
-	pki := newPKI(t, "pki", "edge", "admin")
-	cfg := config.Config{
-		Edges:  []config.Edge{{Identity: devpki.IdentityFor("edge"), APIExport: export}},
-		Admins: []string{devpki.IdentityFor("admin")},
-	}
-	a := startReplica(t, "broker-a", pki, cfg)
-	b := startReplica(t, "broker-b", pki, cfg)
-	lb := startBalancer(t, a.Address, b.Address)
-	p := &pubEnv{label: sanitize(t.Name()), path: env.provider, pki: pki, export: export, broker: a, edgeDial: lb.addr}
-	p.edge = p.startEdge(t)
-	if _, err := framework.WaitEdgeState(ctx, adminConn(t, a, pki), devpki.IdentityFor("edge"), ferryv1.EdgeState_EDGE_STATE_CONNECTED, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if p.kcp, err = framework.KCPClient(env.kcp.Config); err != nil {
-		t.Fatal(err)
-	}
-	crd := testCRD("rolling.example.com", "Skiff", "skiffs", apiextensionsv1.NamespaceScoped, "v1")
-	apply(t, crd)
-	p.publish(t, "skiffs", ferryv1alpha1.PublishedResourceSpec{Resource: ferryv1alpha1.SourceResource{APIGroup: crd.Spec.Group, Kind: "Skiff", Version: "v1"}})
-	e := publishedSyncEnv(t, p, crd)
-	e.useConsumer(t, bindConsumer(t, p, "roll"))
+	r := startReplicaPair(t)
+	e := r.syncBehindBalancer(t, "rolling.example.com", "Skiff", "skiffs")
 
 	// When each object was created in kcp, and when its copy appeared.
 	var mu sync.Mutex
@@ -324,11 +287,11 @@ func TestRollingRestartOfReplicas(t *testing.T) {
 	}()
 
 	time.Sleep(2 * time.Second)
-	for _, r := range []*framework.Broker{a, b} {
-		if err := r.Restart(ctx, false); err != nil {
-			t.Fatalf("restarting %s: %v", r.Name, err)
+	for _, b := range []*framework.Broker{r.a, r.b} {
+		if err := b.Restart(ctx, false); err != nil {
+			t.Fatalf("restarting %s: %v", b.Name, err)
 		}
-		t.Logf("%s restarted", r.Name)
+		t.Logf("%s restarted", b.Name)
 		time.Sleep(3 * time.Second)
 	}
 	stopTraffic()
@@ -336,7 +299,7 @@ func TestRollingRestartOfReplicas(t *testing.T) {
 
 	var worst time.Duration
 	var worstName string
-	err = framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(context.Context) (bool, string) {
+	err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(context.Context) (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		missing := 0

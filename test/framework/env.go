@@ -1,10 +1,13 @@
 package framework
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // Binaries are the executables the framework runs.
@@ -52,12 +55,27 @@ func BinariesFromEnv() (Binaries, error) {
 	return b, nil
 }
 
-// FreePort asks the kernel for a free TCP port on 127.0.0.1.
+// Ports for servers the tests start are picked below Linux's default
+// ephemeral range (32768-60999): a port the kernel hands out for a
+// listener on port 0 comes from that range, and between FreePort closing
+// it and the server binding it, any outgoing connection of the busy suite
+// may take it as its source port ("address already in use").
+const (
+	serverPortLow  = 20000
+	serverPortHigh = 32768
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// outside the ephemeral range so outgoing connections do not take it.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 100 {
+		port := serverPortLow + rand.IntN(serverPortHigh-serverPortLow)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // in use: another
+		}
+		_ = l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free TCP port on 127.0.0.1 between 20000 and 32767")
 }
