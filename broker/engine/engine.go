@@ -34,6 +34,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/replication"
 	"github.com/ferry-dev/ferry/pkg/link"
 	"github.com/ferry-dev/ferry/pkg/metrics"
@@ -43,7 +44,7 @@ import (
 // (every endpoint, one per kcp shard; sorted, without duplicates) on every
 // change until ctx ends (blocking). Implemented by *kcp.Resolver.
 type VirtualWorkspaceWatcher interface {
-	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(urls []string))
+	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(kcp.VirtualWorkspace))
 }
 
 // Sink is the attached stream's control lane (link.Loop.Control): it never
@@ -105,6 +106,9 @@ type Engine struct {
 	vwURLs   []string
 	// vwKnown tells whether the watch reported the URLs at least once.
 	vwKnown bool
+	// vwExists tells whether the export's endpoint slice exists (so the
+	// export does), as last reported.
+	vwExists bool
 
 	// resyncSession is the admin session the last resync was asked on.
 	resyncSession string
@@ -168,10 +172,10 @@ func (e *Engine) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (e *Engine) virtualWorkspaceChanged(urls []string) {
-	e.mgr.SetVirtualWorkspace(urls)
+func (e *Engine) virtualWorkspaceChanged(vw kcp.VirtualWorkspace) {
+	e.mgr.SetVirtualWorkspace(vw.URLs)
 	e.mu.Lock()
-	e.vwURLs, e.vwKnown = urls, true
+	e.vwURLs, e.vwKnown, e.vwExists = vw.URLs, true, vw.Exists
 	e.mu.Unlock()
 	e.sendExportStatus()
 }
@@ -187,6 +191,18 @@ func (e *Engine) VirtualWorkspaceURLs() ([]string, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.vwURLs, e.vwKnown
+}
+
+// ExportState is the export's state as the engine's watch of its endpoint
+// slice knows it, current without a read of kcp; false before the watch
+// has seen the slice, and once it is gone (the export may be deleted).
+func (e *Engine) ExportState() (kcp.ExportState, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.vwKnown || !e.vwExists {
+		return kcp.ExportState{}, false
+	}
+	return kcp.ExportState{LogicalCluster: e.opts.LogicalCluster, VirtualWorkspaceURLs: e.vwURLs}, true
 }
 
 // Endpoints is the state of every current virtual workspace endpoint.

@@ -38,9 +38,6 @@ func (e *Engine) Attached() bool {
 // Export is the APIExport the engine serves.
 func (e *Engine) Export() config.APIExportRef { return e.opts.Export }
 
-// LogicalCluster is the logical cluster of the APIExport's workspace.
-func (e *Engine) LogicalCluster() string { return e.opts.LogicalCluster }
-
 // Object is what the engine knows of pr's object cluster/namespace/name;
 // false when it knows nothing of it.
 func (e *Engine) Object(pr, cluster, namespace, name string) (replication.ObjectView, bool) {

@@ -97,31 +97,41 @@ func TestEndpointURLs(t *testing.T) {
 // reordering), and an empty list when the slice goes.
 func TestEndpointReporter(t *testing.T) {
 	var reports [][]string
-	r := newEndpointReporter(EndpointRewrite{}, func(urls []string) { reports = append(reports, urls) })
+	var exists []bool
+	r := newEndpointReporter(EndpointRewrite{}, func(vw VirtualWorkspace) {
+		reports = append(reports, vw.URLs)
+		exists = append(exists, vw.Exists)
+	})
 	steps := []struct {
 		name string
 		obj  any
 		want [][]string // reports made by this step
+		// wantExists is Exists of the step's report, when it makes one.
+		wantExists bool
 	}{
-		{name: "first observation, unsorted with a duplicate", obj: sliceWith("https://b/vw", "https://a/vw", "https://b/vw"), want: [][]string{{"https://a/vw", "https://b/vw"}}},
+		{name: "first observation, unsorted with a duplicate", obj: sliceWith("https://b/vw", "https://a/vw", "https://b/vw"), want: [][]string{{"https://a/vw", "https://b/vw"}}, wantExists: true},
 		{name: "reordered: same set", obj: sliceWith("https://a/vw", "https://b/vw")},
-		{name: "a shard added", obj: sliceWith("https://c/vw", "https://a/vw", "https://b/vw"), want: [][]string{{"https://a/vw", "https://b/vw", "https://c/vw"}}},
-		{name: "two shards drained", obj: sliceWith("https://c/vw"), want: [][]string{{"https://c/vw"}}},
-		{name: "slice deleted", obj: nil, want: [][]string{nil}},
-		{name: "still none", obj: sliceWith()},
+		{name: "a shard added", obj: sliceWith("https://c/vw", "https://a/vw", "https://b/vw"), want: [][]string{{"https://a/vw", "https://b/vw", "https://c/vw"}}, wantExists: true},
+		{name: "two shards drained", obj: sliceWith("https://c/vw"), want: [][]string{{"https://c/vw"}}, wantExists: true},
+		{name: "every shard drained: the slice stays", obj: sliceWith(), want: [][]string{nil}, wantExists: true},
+		{name: "slice deleted", obj: nil, want: [][]string{nil}, wantExists: false},
+		{name: "still none", obj: nil},
 	}
 	for _, st := range steps {
-		reports = nil
+		reports, exists = nil, nil
 		r.observe(st.obj)
 		if !slices.EqualFunc(reports, st.want, slices.Equal) {
 			t.Errorf("%s: reported %q, want %q", st.name, reports, st.want)
+		}
+		if len(exists) == 1 && exists[0] != st.wantExists {
+			t.Errorf("%s: reported the slice existing: %t, want %t", st.name, exists[0], st.wantExists)
 		}
 	}
 }
 
 func TestEndpointReporterFirstObservationOfNone(t *testing.T) {
 	var reports [][]string
-	newEndpointReporter(EndpointRewrite{}, func(urls []string) { reports = append(reports, urls) }).observe(nil)
+	newEndpointReporter(EndpointRewrite{}, func(vw VirtualWorkspace) { reports = append(reports, vw.URLs) }).observe(nil)
 	if len(reports) != 1 || len(reports[0]) != 0 {
 		t.Errorf("reported %q, want one empty report (the URLs are known to be none)", reports)
 	}

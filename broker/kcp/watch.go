@@ -21,7 +21,7 @@ import (
 // change, until ctx ends. An informer on that one object does the watching,
 // so the broker learns about a shard's endpoint as soon as kcp publishes it,
 // without polling. onChange is called from one goroutine at a time.
-func (r *Resolver) WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(urls []string)) {
+func (r *Resolver) WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(VirtualWorkspace)) {
 	endpointSlices := r.client.Cluster(logicalcluster.NewPath(ref.Workspace)).ApisV1alpha1().APIExportEndpointSlices()
 	selector := fields.OneTermEqualSelector("metadata.name", ref.Name).String()
 	lw := &cache.ListWatch{
@@ -49,12 +49,25 @@ func (r *Resolver) WatchVirtualWorkspace(ctx context.Context, ref config.APIExpo
 // of the set.
 type endpointReporter struct {
 	rewrite  EndpointRewrite
-	onChange func(urls []string)
-	last     []string
+	onChange func(VirtualWorkspace)
+	last     VirtualWorkspace
 	reported bool
 }
 
-func newEndpointReporter(rewrite EndpointRewrite, onChange func(urls []string)) *endpointReporter {
+// VirtualWorkspace is what an APIExport's endpoint slice says of its
+// virtual workspace.
+type VirtualWorkspace struct {
+	// Exists tells whether the slice exists. kcp makes one for every
+	// APIExport and deletes it with the export, so an existing slice also
+	// says the export is there.
+	Exists bool
+	// URLs are the endpoints (one per shard serving bound workspaces),
+	// rewritten (EndpointRewrite), sorted; none until a workspace binds
+	// the export.
+	URLs []string
+}
+
+func newEndpointReporter(rewrite EndpointRewrite, onChange func(VirtualWorkspace)) *endpointReporter {
 	return &endpointReporter{rewrite: rewrite, onChange: onChange}
 }
 
@@ -62,10 +75,10 @@ func newEndpointReporter(rewrite EndpointRewrite, onChange func(urls []string)) 
 // deletion, is no slice: no endpoints).
 func (e *endpointReporter) observe(obj any) {
 	s, _ := obj.(*apisv1alpha1.APIExportEndpointSlice)
-	urls := endpointURLs(s, e.rewrite)
-	if e.reported && slices.Equal(urls, e.last) {
+	vw := VirtualWorkspace{Exists: s != nil, URLs: endpointURLs(s, e.rewrite)}
+	if e.reported && vw.Exists == e.last.Exists && slices.Equal(vw.URLs, e.last.URLs) {
 		return
 	}
-	e.last, e.reported = urls, true
-	e.onChange(urls)
+	e.last, e.reported = vw, true
+	e.onChange(vw)
 }

@@ -32,7 +32,7 @@ func (workspaceResolver) Resolve(_ context.Context, ref config.APIExportRef) (kc
 	return kcp.ExportState{LogicalCluster: "provider"}, nil
 }
 
-func (workspaceResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func([]string)) {
+func (workspaceResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func(kcp.VirtualWorkspace)) {
 	<-ctx.Done()
 }
 

@@ -9,6 +9,7 @@ import (
 
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
+	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/pkg/devpki"
 )
 
@@ -19,8 +20,8 @@ type shardResolver struct {
 	url string
 }
 
-func (r shardResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, onChange func([]string)) {
-	onChange([]string{r.url})
+func (r shardResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, onChange func(kcp.VirtualWorkspace)) {
+	onChange(kcp.VirtualWorkspace{Exists: true, URLs: []string{r.url}})
 	<-ctx.Done()
 }
 

@@ -11,13 +11,14 @@ import (
 	ferryv1 "github.com/ferry-dev/ferry/api/gen/ferry/v1alpha1"
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/engine"
+	"github.com/ferry-dev/ferry/broker/kcp"
 )
 
 // idleWatcher never reports a virtual workspace: the engines under test
 // make no call to kcp.
 type idleWatcher struct{}
 
-func (idleWatcher) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func([]string)) {
+func (idleWatcher) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, _ func(kcp.VirtualWorkspace)) {
 	<-ctx.Done()
 }
 

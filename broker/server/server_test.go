@@ -47,8 +47,8 @@ func (f fakeResolver) Resolve(_ context.Context, ref config.APIExportRef) (kcp.E
 	return s, nil
 }
 
-func (f fakeResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, onChange func([]string)) {
-	onChange([]string{"https://kcp.example/services/apiexport/abc/a.ferry.dev"})
+func (f fakeResolver) WatchVirtualWorkspace(ctx context.Context, _ config.APIExportRef, onChange func(kcp.VirtualWorkspace)) {
+	onChange(kcp.VirtualWorkspace{Exists: true, URLs: []string{"https://kcp.example/services/apiexport/abc/a.ferry.dev"}})
 	<-ctx.Done()
 }
 

@@ -34,7 +34,7 @@ type ExportResolver interface {
 	Resolve(ctx context.Context, ref config.APIExportRef) (kcp.ExportState, error)
 	// WatchVirtualWorkspace reports the export's virtual workspace URLs
 	// (every endpoint, sorted) on every change until ctx ends (blocking).
-	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(urls []string))
+	WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(kcp.VirtualWorkspace))
 }
 
 // syncService implements ferry.v1alpha1.SyncService: it authorizes the edge,
@@ -282,12 +282,12 @@ func (s *syncService) Connect(stream ferryv1.SyncService_ConnectServer) error {
 // exportState is export's state in kcp: from its running engine, whose
 // watch of the export's endpoint slice keeps it current, so a reconnect
 // (or a storm of them) reads nothing from kcp; else resolved in kcp. An
-// engine that has seen no endpoint yet (or none any more: the export may
-// be gone) is not trusted with it.
+// engine whose watch has not seen the slice yet, or saw it go (the export
+// may be gone), is not trusted with it.
 func (s *syncService) exportState(ctx context.Context, export config.APIExportRef) (kcp.ExportState, error) {
 	if eng, ok := s.engines.get(export); ok {
-		if urls, known := eng.VirtualWorkspaceURLs(); known && len(urls) > 0 {
-			return kcp.ExportState{LogicalCluster: eng.LogicalCluster(), VirtualWorkspaceURLs: urls}, nil
+		if state, known := eng.ExportState(); known {
+			return state, nil
 		}
 	}
 	return s.resolver.Resolve(ctx, export)
