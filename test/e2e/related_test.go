@@ -32,31 +32,60 @@ func serviceKube(t testing.TB) kubernetes.Interface {
 
 // runSecretController plays cert-manager in the service cluster: for every
 // object of res it creates a Secret named by the object's spec.secretName.
+// It lists and watches again whenever its watch ends (an API server may end
+// a watch at any time), so no object's Secret is missed.
 func runSecretController(t testing.TB, res dynamic.NamespaceableResourceInterface, kube kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := res.Watch(ctx, metav1.ListOptions{})
+	issue := func(u *unstructured.Unstructured) {
+		name, _ := specField(u, "secretName")
+		if name == "" {
+			return
+		}
+		_, err := kube.CoreV1().Secrets(u.GetNamespace()).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: u.GetNamespace(), Labels: map[string]string{"issued-by": "test-controller"}},
+			Data:       map[string][]byte{"tls.crt": []byte("cert for " + u.GetName())},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
+			t.Errorf("test controller: %v", err)
+		}
+	}
+	// listed lists res, issues every object's Secret and returns the
+	// resourceVersion to watch from.
+	listed := func() (string, error) {
+		list, err := res.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return "", err
+		}
+		for i := range list.Items {
+			issue(&list.Items[i])
+		}
+		return list.GetResourceVersion(), nil
+	}
+	rv, err := listed()
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			u, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
-				continue
+		for ctx.Err() == nil {
+			w, err := res.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err == nil {
+				for ev := range w.ResultChan() {
+					u, ok := ev.Object.(*unstructured.Unstructured)
+					if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+						continue
+					}
+					issue(u)
+				}
+				w.Stop()
 			}
-			name, _ := specField(u, "secretName")
-			if name == "" {
-				continue
+			if ctx.Err() != nil {
+				return
 			}
-			_, err := kube.CoreV1().Secrets(u.GetNamespace()).Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: u.GetNamespace(), Labels: map[string]string{"issued-by": "test-controller"}},
-				Data:       map[string][]byte{"tls.crt": []byte("cert for " + u.GetName())},
-			}, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
-				t.Errorf("test controller: %v", err)
+			time.Sleep(100 * time.Millisecond)
+			if next, err := listed(); err == nil {
+				rv = next
 			}
 		}
 	}()
@@ -209,7 +238,19 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 	}
 	waitFor(t, "the copy at the new name, and none at the old one", func(ctx context.Context) (bool, string) {
 		if _, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls-2", metav1.GetOptions{}); err != nil {
-			return false, "new: " + err.Error()
+			// Say where the chain stopped: the local copy's reference, the
+			// local Secret it names.
+			local := "local copy: not found"
+			if copies, lerr := e.local.Namespace(e.consumerLC).List(ctx, metav1.ListOptions{}); lerr == nil {
+				for _, c := range copies.Items {
+					if c.GetAnnotations()[naming.AnnotationName] == "web" {
+						name, _ := specField(&c, "secretName")
+						_, serr := svc.CoreV1().Secrets(c.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+						local = fmt.Sprintf("local copy names Secret %s (get: %v)", name, serr)
+					}
+				}
+			}
+			return false, "new: " + err.Error() + "; " + local
 		}
 		_, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("old: %v", err)
