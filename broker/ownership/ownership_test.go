@@ -3,6 +3,7 @@ package ownership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,35 +30,58 @@ type replica struct {
 
 func newReplica(t *testing.T, kube *fake.Clientset, identity string) replica {
 	t.Helper()
+	return newReplicaCounting(t, kube, identity, nil)
+}
+
+// replicaWorkspace holds the replica Leases in the tests.
+const replicaWorkspace = "root:ferry"
+
+// newReplicaCounting is newReplica whose Lease writes are counted in
+// writes (nil: not counted).
+func newReplicaCounting(t *testing.T, kube *fake.Clientset, identity string, writes *atomic.Int64) replica {
+	t.Helper()
 	down := &atomic.Bool{}
 	leases := kcp.LeasesClientsFunc(func(workspace string) (coordinationv1client.LeasesGetter, error) {
-		if workspace != export.Workspace {
-			t.Errorf("Leases of workspace %s, want the export's %s", workspace, export.Workspace)
+		if workspace != export.Workspace && workspace != replicaWorkspace {
+			t.Errorf("Leases of workspace %s, want the export's %s or the replicas' %s", workspace, export.Workspace, replicaWorkspace)
 		}
-		return cutOff{LeasesGetter: kube.CoordinationV1(), down: down}, nil
+		return cutOff{LeasesGetter: kube.CoordinationV1(), down: down, writes: writes}, nil
 	})
-	o, err := New(Options{Leases: leases, Namespace: "ferry-system", Identity: identity,
+	o, err := New(Options{Leases: leases, Namespace: "ferry-system", Workspace: replicaWorkspace, Identity: identity,
 		LeaseDuration: 1 * time.Second, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(o.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	o.Start(ctx)
+	t.Cleanup(func() {
+		cancel()
+		o.Close()
+	})
 	return replica{Owners: o, down: down}
 }
 
 // cutOff fails every Lease request while down is set.
 type cutOff struct {
 	coordinationv1client.LeasesGetter
-	down *atomic.Bool
+	down   *atomic.Bool
+	writes *atomic.Int64
 }
 
 func (c cutOff) Leases(ns string) coordinationv1client.LeaseInterface {
-	return failing{LeaseInterface: c.LeasesGetter.Leases(ns), down: c.down}
+	return failing{LeaseInterface: c.LeasesGetter.Leases(ns), down: c.down, writes: c.writes}
 }
 
 type failing struct {
 	coordinationv1client.LeaseInterface
-	down *atomic.Bool
+	down   *atomic.Bool
+	writes *atomic.Int64
+}
+
+func (f failing) count() {
+	if f.writes != nil {
+		f.writes.Add(1)
+	}
 }
 
 var errCutOff = errors.New("kcp unreachable")
@@ -70,6 +94,7 @@ func (f failing) Get(ctx context.Context, name string, opts metav1.GetOptions) (
 }
 
 func (f failing) Create(ctx context.Context, l *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	f.count()
 	if f.down.Load() {
 		return nil, errCutOff
 	}
@@ -77,6 +102,7 @@ func (f failing) Create(ctx context.Context, l *coordinationv1.Lease, opts metav
 }
 
 func (f failing) Update(ctx context.Context, l *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	f.count()
 	if f.down.Load() {
 		return nil, errCutOff
 	}
@@ -85,9 +111,19 @@ func (f failing) Update(ctx context.Context, l *coordinationv1.Lease, opts metav
 
 func claim(t *testing.T, r replica) (*Held, error) {
 	t.Helper()
+	return claimExport(t, r, export)
+}
+
+func claimExport(t *testing.T, r replica, e config.APIExportRef) (*Held, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return r.Claim(ctx, export, export.Workspace)
+	return r.Claim(ctx, e, e.Workspace)
+}
+
+// exportN is the n-th export in the provider workspace.
+func exportN(n int) config.APIExportRef {
+	return config.APIExportRef{Workspace: export.Workspace, Name: fmt.Sprintf("e%d.example.com", n)}
 }
 
 func TestOneOwnerAndTheOthersAreSentToIt(t *testing.T) {
@@ -193,5 +229,105 @@ func TestLeaseName(t *testing.T) {
 	long := strings.Repeat("a", 250)
 	if got := LeaseName(long); len(got) > 253 || !strings.HasPrefix(got, "ferry-owner-") {
 		t.Errorf("LeaseName of a long name = %s (%d characters)", got, len(got))
+	}
+}
+
+// TestRenewalsDoNotGrowWithTheExports: a replica owning 50 exports writes
+// its Lease once per retry period, not once per export (with one election
+// per export it wrote 50 times as often: 500 writes a second for 1,000
+// exports at the default period).
+func TestRenewalsDoNotGrowWithTheExports(t *testing.T) {
+	kube := fake.NewClientset()
+	var writes atomic.Int64
+	a := newReplicaCounting(t, kube, "broker-0:8443", &writes)
+	const exports = 50
+	for i := range exports {
+		if _, err := claimExport(t, a, exportN(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := writes.Load()
+	time.Sleep(1 * time.Second) // ten retry periods
+	if got := writes.Load() - before; got > 12 {
+		t.Errorf("%d Lease writes in ten retry periods by a replica owning %d exports, want at most 12 (one renewal per period)", got, exports)
+	}
+}
+
+// TestShutdownHandsEveryExportOverAtOnce: a replica closing releases its
+// own Lease with one write; the other takes every export it owned without
+// waiting out the lease duration.
+func TestShutdownHandsEveryExportOverAtOnce(t *testing.T) {
+	kube := fake.NewClientset()
+	var writes atomic.Int64
+	a := newReplicaCounting(t, kube, "broker-0:8443", &writes)
+	b := newReplica(t, kube, "broker-1:8443")
+	const exports = 5
+	var held []*Held
+	for i := range exports {
+		h, err := claimExport(t, a, exportN(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+	}
+	for i := range exports {
+		var elsewhere *ElsewhereError
+		if _, err := claimExport(t, b, exportN(i)); !errors.As(err, &elsewhere) {
+			t.Fatalf("export %d: %v, want it owned by the first replica", i, err)
+		}
+	}
+	before := writes.Load()
+	start := time.Now()
+	// As the broker shuts down: its engines stop (releasing what they
+	// own), then Close.
+	a.cancelRun()
+	for _, h := range held {
+		h.Release()
+	}
+	a.Close()
+	if got := writes.Load() - before; got > 1 {
+		t.Errorf("shutting down wrote %d times, want one release of the replica Lease", got)
+	}
+	for i := range exports {
+		for {
+			if time.Since(start) > 900*time.Millisecond {
+				t.Fatalf("export %d not taken over within the lease duration", i)
+			}
+			if _, err := claimExport(t, b, exportN(i)); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if h := held[i]; h.Context().Err() == nil {
+			t.Errorf("export %d: the closed replica's ownership is not cancelled", i)
+		}
+	}
+}
+
+// TestARecordNamesWhereItsOwnerLives: a record whose owner keeps its
+// replica Lease in another workspace is judged by that Lease — an owner
+// alive there is not taken over, although the claiming replica's own
+// workspace has no Lease of it.
+func TestARecordNamesWhereItsOwnerLives(t *testing.T) {
+	kube := fake.NewClientset()
+	a := newReplica(t, kube, "broker-0:8443")
+	if _, err := claim(t, a); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := kube.CoordinationV1().Leases("ferry-system").Get(context.Background(), LeaseName(export.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.Annotations[AnnotationReplicaLease], replicaWorkspace+" ferry-system/"+ReplicaLeaseName("broker-0:8443"); got != want {
+		t.Errorf("record annotation %q, want %q", got, want)
+	}
+	if rec.Spec.LeaseDurationSeconds != nil {
+		t.Errorf("the record has a lease duration (%d s): it is never renewed, readers must not see it expire", *rec.Spec.LeaseDurationSeconds)
+	}
+	b := newReplica(t, kube, "broker-1:8443")
+	time.Sleep(1200 * time.Millisecond) // past the lease duration: a keeps renewing
+	var elsewhere *ElsewhereError
+	if _, err := claim(t, b); !errors.As(err, &elsewhere) {
+		t.Fatalf("a live owner was taken over: %v", err)
 	}
 }

@@ -194,12 +194,17 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 	s.serving.Store(true)
 	defer s.serving.Store(false)
+	if s.opts.Ownership != nil {
+		// This replica's Lease is renewed until ctx ends; the engines
+		// then stop, and Close releases the Lease.
+		s.opts.Ownership.Start(ctx)
+	}
 	engineCtx, stopEngines := context.WithCancel(ctx)
 	defer func() {
 		stopEngines()
 		s.engines.wait()
-		// Every engine released its ownership as it stopped; this ends
-		// the competition for the others (another replica takes them).
+		// Every engine has stopped writing: releasing this replica's
+		// Lease lets the others take its exports over at once.
 		if s.opts.Ownership != nil {
 			s.opts.Ownership.Close()
 		}

@@ -307,14 +307,15 @@ func TestChartsBrokerTemplate(t *testing.T) {
 
 	t.Run("replicas", func(t *testing.T) {
 		objs := render(t, h, brokerChart, "ferry", "ferry-system", "--set", "replicaCount=3", "--set", "podDisruptionBudget.enabled=true",
-			"--set", "replication.leaseDuration=20s")
+			"--set", "replication.leaseDuration=20s", "--set", "replication.leaseWorkspace=root:ferry")
 		dep := deployment(t, objs, "ferry-ferry-broker")
 		c := onlyContainer(t, dep)
 		if *dep.Spec.Replicas != 3 || dep.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType ||
 			dep.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
 			t.Errorf("replicas %d, strategy %+v: want 3, rolling with none unavailable", *dep.Spec.Replicas, dep.Spec.Strategy)
 		}
-		assertArgs(t, c.Args, "--replica-address=$(POD_IP):8443", "--ownership-lease-namespace=default", "--ownership-lease-duration=20s")
+		assertArgs(t, c.Args, "--replica-address=$(POD_IP):8443", "--ownership-lease-namespace=default", "--ownership-lease-duration=20s",
+			"--replica-lease-workspace=root:ferry")
 		assertFlagsKnown(t, env.bins.Broker, c.Args)
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 			return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"

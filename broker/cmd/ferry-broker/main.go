@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/enrolment"
 	"github.com/ferry-dev/ferry/broker/kcp"
 	"github.com/ferry-dev/ferry/broker/ownership"
@@ -202,6 +203,18 @@ func enrolmentOptions(c *Completed, clients kcp.SecretsClients) (server.Enrolmen
 	}, nil
 }
 
+// firstWorkspace is the first workspace, by name, of cfg's APIExports
+// ("" when it has none).
+func firstWorkspace(cfg *config.Config) string {
+	first := ""
+	for _, e := range cfg.Edges {
+		if ws := e.APIExport.Workspace; ws != "" && (first == "" || ws < first) {
+			first = ws
+		}
+	}
+	return first
+}
+
 // replicaOwnership returns the ownership of APIExports among broker
 // replicas with --replica-address, else nil (this broker serves them all).
 func replicaOwnership(c *Completed, log logr.Logger) (*ownership.Owners, error) {
@@ -212,9 +225,17 @@ func replicaOwnership(c *Completed, log logr.Logger) (*ownership.Owners, error) 
 	if err != nil {
 		return nil, err
 	}
+	workspace := c.ReplicaLeaseWorkspace
+	if workspace == "" {
+		workspace = firstWorkspace(c.Config)
+		if workspace == "" {
+			return nil, errors.New("--replica-lease-workspace is required: no configured edge names an APIExport whose workspace could hold this replica's Lease")
+		}
+		log.Info("this replica's Lease is in the first workspace of the configured APIExports; set --replica-lease-workspace to choose", "workspace", workspace)
+	}
 	d := c.OwnershipLeaseDuration
 	return ownership.New(ownership.Options{
-		Leases: leases, Namespace: c.OwnershipLeaseNamespace, Identity: c.ReplicaAddress,
+		Leases: leases, Namespace: c.OwnershipLeaseNamespace, Workspace: workspace, Identity: c.ReplicaAddress,
 		// client-go's proportions (15 s, 10 s, 2 s).
 		LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d * 2 / 15,
 		Log: log.WithName("ownership"),

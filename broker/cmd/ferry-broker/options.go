@@ -67,6 +67,9 @@ type Options struct {
 	ReplicaAddress          string
 	OwnershipLeaseNamespace string
 	OwnershipLeaseDuration  time.Duration
+	// ReplicaLeaseWorkspace holds this replica's own Lease (empty: the
+	// first configured APIExport's workspace, by name).
+	ReplicaLeaseWorkspace string
 	// Handshake admission (server.AdmissionOptions).
 	MaxConcurrentHandshakes int
 	HandshakeMaxWait        time.Duration
@@ -127,6 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.StateNamespace, "state-namespace", o.StateNamespace, "Namespace, in the workspace of each configured APIExport, of the broker's durable state in kcp: hashed enrolment tokens and revocations (Secrets).")
 	fs.StringVar(&o.ReplicaAddress, "replica-address", o.ReplicaAddress, "This replica's own address (host:port) as edges dial it, e.g. its name in a headless Service; set when several broker replicas run: each APIExport is then served by the replica that holds its Lease in kcp (--ownership-lease-namespace), and the others send its edge there. Empty: this broker serves every APIExport (one replica).")
 	fs.StringVar(&o.OwnershipLeaseNamespace, "ownership-lease-namespace", o.OwnershipLeaseNamespace, "Namespace, in the workspace of each configured APIExport, of the coordination.k8s.io Lease (ferry-owner-<export>) whose holder serves the export; with --replica-address.")
+	fs.StringVar(&o.ReplicaLeaseWorkspace, "replica-lease-workspace", o.ReplicaLeaseWorkspace, "kcp workspace (path, e.g. root:ferry) holding each replica's own Lease (ferry-replica-<hash>, in --ownership-lease-namespace), the one Lease a replica renews: an APIExport's Lease only names its owner and where that owner's replica Lease is. Empty: the first workspace, by name, of the configured APIExports. With --replica-address.")
 	fs.DurationVar(&o.OwnershipLeaseDuration, "ownership-lease-duration", o.OwnershipLeaseDuration, "How long an APIExport's owner may go without renewing its Lease before another replica takes the export over; the owner stops writing after two thirds of it. With --replica-address.")
 	fs.IntVar(&o.MaxConcurrentHandshakes, "max-concurrent-handshakes", o.MaxConcurrentHandshakes, "Edge handshakes (which read kcp) run at once; one beyond waits up to --handshake-max-wait for a slot and is then refused with RESOURCE_EXHAUSTED and a retry delay the edge honours (a reconnect storm of every edge is taken in bounded bites). 0 bounds nothing.")
 	fs.DurationVar(&o.HandshakeMaxWait, "handshake-max-wait", o.HandshakeMaxWait, "How long an edge handshake waits for a slot (--max-concurrent-handshakes) before it is refused as busy.")
