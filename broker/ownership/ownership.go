@@ -382,6 +382,23 @@ func (o *Owners) ownerDead(ctx context.Context, rec *coordinationv1.Lease, owner
 	if err := ob.waitSynced(ctx); err != nil {
 		return false, fmt.Errorf("cannot tell whether the owner %s lives: %w", owner, err)
 	}
+	if !ob.dead(owner) {
+		return false, nil
+	}
+	// Before taking over, read the owner's Lease itself: a watch that
+	// stalled without an error must not make a live owner look dead.
+	getter, err := o.opts.Leases.Leases(workspace)
+	if err != nil {
+		return false, fmt.Errorf("cannot reach the Leases of workspace %s: %w", workspace, err)
+	}
+	l, err := getter.Leases(namespace).Get(ctx, ReplicaLeaseName(owner), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false, fmt.Errorf("cannot read the replica Lease of the owner %s: %w", owner, err)
+	default:
+		ob.observe(l)
+	}
 	return ob.dead(owner), nil
 }
 
