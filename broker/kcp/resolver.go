@@ -43,6 +43,9 @@ func (e *NotFoundError) Unwrap() error { return e.Err }
 type Resolver struct {
 	client  kcpclientset.ClusterInterface
 	rewrite EndpointRewrite
+	// slices watches the endpoint slices of every workspace with a running
+	// engine, once per workspace; handshakes of its exports read it.
+	slices *sliceWatches
 }
 
 // NewClient builds a cluster-aware kcp clientset from a rest config; any
@@ -64,7 +67,7 @@ func NewClient(cfg *rest.Config) (kcpclientset.ClusterInterface, error) {
 // NewResolver returns a resolver using client; the virtual workspace URLs
 // it reports are mapped through rewrite.
 func NewResolver(client kcpclientset.ClusterInterface, rewrite EndpointRewrite) *Resolver {
-	return &Resolver{client: client, rewrite: rewrite}
+	return &Resolver{client: client, rewrite: rewrite, slices: newSliceWatches(kcpSliceListWatch(client), rewrite)}
 }
 
 // BaseHost strips a "/clusters/<path>" suffix from a kcp server URL.
@@ -81,6 +84,13 @@ func BaseHost(host string) (string, error) {
 
 // Resolve checks that the APIExport exists and returns its state.
 func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (ExportState, error) {
+	// The workspace's slices are watched (an engine of one of its exports
+	// runs): an existing slice says the export exists (kcp deletes it with
+	// the export), so nothing is read. Without a slice the export may be
+	// gone: read kcp.
+	if slice, cluster, ok := r.slices.lookup(ref.Workspace, ref.Name); ok && slice != nil && cluster != "" {
+		return ExportState{LogicalCluster: cluster, VirtualWorkspaceURLs: endpointURLs(slice, r.rewrite)}, nil
+	}
 	path := logicalcluster.NewPath(ref.Workspace)
 
 	lc, err := r.client.Cluster(path).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
@@ -91,6 +101,7 @@ func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (Export
 		return ExportState{}, fmt.Errorf("cannot read workspace %q: %w", ref.Workspace, err)
 	}
 	state := ExportState{LogicalCluster: logicalcluster.From(lc).String()}
+	r.slices.learnedLogicalCluster(ref.Workspace, state.LogicalCluster)
 
 	if _, err := r.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, ref.Name, metav1.GetOptions{}); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {

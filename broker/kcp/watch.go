@@ -5,12 +5,6 @@ import (
 	"slices"
 
 	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
-	"github.com/kcp-dev/logicalcluster/v3"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/ferry-dev/ferry/broker/config"
 )
@@ -18,30 +12,12 @@ import (
 // WatchVirtualWorkspace calls onChange with the virtual workspace URLs of
 // ref's APIExportEndpointSlice (every endpoint: one per shard; rewritten,
 // sorted, without duplicates; empty while there is none) each time they
-// change, until ctx ends. An informer on that one object does the watching,
-// so the broker learns about a shard's endpoint as soon as kcp publishes it,
-// without polling. onChange is called from one goroutine at a time.
+// change, until ctx ends. One watch of the workspace's slices serves every
+// export of the workspace (sliceWatches), so the broker learns about a
+// shard's endpoint as soon as kcp publishes it, without polling. onChange
+// is called from one goroutine at a time.
 func (r *Resolver) WatchVirtualWorkspace(ctx context.Context, ref config.APIExportRef, onChange func(VirtualWorkspace)) {
-	endpointSlices := r.client.Cluster(logicalcluster.NewPath(ref.Workspace)).ApisV1alpha1().APIExportEndpointSlices()
-	selector := fields.OneTermEqualSelector("metadata.name", ref.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return endpointSlices.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return endpointSlices.Watch(ctx, o)
-		},
-	}
-	informer := cache.NewSharedIndexInformer(lw, &apisv1alpha1.APIExportEndpointSlice{}, 0, cache.Indexers{})
-	report := newEndpointReporter(r.rewrite, onChange).observe
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    report,
-		UpdateFunc: func(_, obj any) { report(obj) },
-		DeleteFunc: func(any) { report(nil) },
-	})
-	informer.RunWithContext(ctx)
+	r.slices.watch(ctx, ref.Workspace, ref.Name, onChange)
 }
 
 // endpointReporter turns observations of an APIExportEndpointSlice into

@@ -1,0 +1,197 @@
+package kcp
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ferry-dev/ferry/pkg/watching"
+)
+
+// fakeSlices lists a workspace's endpoint slices and hands the test the
+// watch to send changes on; it counts the watches started.
+type fakeSlices struct {
+	items   []apisv1alpha1.APIExportEndpointSlice
+	started atomic.Int32
+
+	mu      sync.Mutex
+	watches []*watch.FakeWatcher
+	opened  chan struct{}
+}
+
+func newFakeSlices(items ...*apisv1alpha1.APIExportEndpointSlice) *fakeSlices {
+	f := &fakeSlices{opened: make(chan struct{}, 16)}
+	for _, s := range items {
+		f.items = append(f.items, *s)
+	}
+	return f
+}
+
+func (f *fakeSlices) listWatch(workspace string) cache.ListerWatcher {
+	f.started.Add(1)
+	return watching.WithoutWatchList(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return &apisv1alpha1.APIExportEndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: f.items}, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w := watch.NewFakeWithChanSize(16, false)
+			f.mu.Lock()
+			f.watches = append(f.watches, w)
+			f.mu.Unlock()
+			f.opened <- struct{}{}
+			return w, nil
+		},
+	})
+}
+
+// latest is the watch opened last, waiting for it.
+func (f *fakeSlices) latest(t *testing.T) *watch.FakeWatcher {
+	t.Helper()
+	select {
+	case <-f.opened:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no watch opened")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watches[len(f.watches)-1]
+}
+
+func endpointSlice(name string, urls ...string) *apisv1alpha1.APIExportEndpointSlice {
+	s := sliceWith(urls...)
+	s.Name = name
+	return s
+}
+
+// recorder collects one subscriber's reports.
+type recorder struct {
+	mu  sync.Mutex
+	got []VirtualWorkspace
+}
+
+func (r *recorder) report(vw VirtualWorkspace) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, vw)
+}
+
+func (r *recorder) last() (VirtualWorkspace, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.got) == 0 {
+		return VirtualWorkspace{}, 0
+	}
+	return r.got[len(r.got)-1], len(r.got)
+}
+
+func (r *recorder) waitFor(t *testing.T, want VirtualWorkspace) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, n := r.last()
+		if n > 0 && got.Exists == want.Exists && slices.Equal(got.URLs, want.URLs) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last report %+v (%d reports), want %+v", got, n, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOneSliceWatchPerWorkspace: the engines of 50 exports in one
+// workspace share one watch, each hears of its own slice only, and the
+// watch stops with the last of them.
+func TestOneSliceWatchPerWorkspace(t *testing.T) {
+	const exports = 50
+	var objs []*apisv1alpha1.APIExportEndpointSlice
+	for i := range exports {
+		objs = append(objs, endpointSlice(fmt.Sprintf("e%d", i), fmt.Sprintf("https://shard/services/apiexport/c/e%d", i)))
+	}
+	fake := newFakeSlices(objs...)
+	w := newSliceWatches(fake.listWatch, EndpointRewrite{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	recorders := make([]*recorder, exports)
+	for i := range exports {
+		recorders[i] = &recorder{}
+		wg.Go(func() { w.watch(ctx, "root:provider", fmt.Sprintf("e%d", i), recorders[i].report) })
+	}
+	for i, r := range recorders {
+		r.waitFor(t, VirtualWorkspace{Exists: true, URLs: []string{fmt.Sprintf("https://shard/services/apiexport/c/e%d", i)}})
+	}
+	if n := fake.started.Load(); n != 1 {
+		t.Errorf("%d watches for one workspace, want 1", n)
+	}
+
+	// A change of one slice reaches its export's engine only.
+	_, before := recorders[1].last()
+	events := fake.latest(t)
+	events.Modify(endpointSlice("e0", "https://shard/services/apiexport/c/e0", "https://shard-2/services/apiexport/c/e0"))
+	recorders[0].waitFor(t, VirtualWorkspace{Exists: true, URLs: []string{"https://shard-2/services/apiexport/c/e0", "https://shard/services/apiexport/c/e0"}})
+	events.Delete(endpointSlice("e0"))
+	recorders[0].waitFor(t, VirtualWorkspace{Exists: false})
+	if _, after := recorders[1].last(); after != before {
+		t.Errorf("another export's engine heard %d reports of e0's changes", after-before)
+	}
+
+	// Handshakes read the watch while it runs.
+	if slice, _, ok := w.lookup("root:provider", "e1"); !ok || slice == nil {
+		t.Errorf("lookup of a watched export: %v, %t", slice, ok)
+	}
+	w.learnedLogicalCluster("root:provider", "c")
+	if _, cluster, _ := w.lookup("root:provider", "e1"); cluster != "c" {
+		t.Errorf("logical cluster %q, want the one learned", cluster)
+	}
+
+	cancel()
+	wg.Wait()
+	if _, _, ok := w.lookup("root:provider", "e1"); ok {
+		t.Error("the watch runs on after its last engine stopped")
+	}
+	// The next engine starts a new watch, and learns the cluster again.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	r := &recorder{}
+	go w.watch(ctx2, "root:provider", "e1", r.report)
+	r.waitFor(t, VirtualWorkspace{Exists: true, URLs: []string{"https://shard/services/apiexport/c/e1"}})
+	if n := fake.started.Load(); n != 2 {
+		t.Errorf("%d watches started, want a second one after the first stopped", n)
+	}
+	if _, cluster, ok := w.lookup("root:provider", "e1"); !ok || cluster != "" {
+		t.Errorf("the new watch knows logical cluster %q: it must be read again", cluster)
+	}
+}
+
+// TestSliceWatchReportsAnExportWithoutSlice: an engine of an export
+// without a slice hears that there is none (it may be gone), and hears of
+// the slice when kcp makes it.
+func TestSliceWatchReportsAnExportWithoutSlice(t *testing.T) {
+	fake := newFakeSlices(endpointSlice("other"))
+	w := newSliceWatches(fake.listWatch, EndpointRewrite{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A first engine makes the watch list before the second subscribes.
+	first := &recorder{}
+	go w.watch(ctx, "root:provider", "other", first.report)
+	first.waitFor(t, VirtualWorkspace{Exists: true})
+	r := &recorder{}
+	go w.watch(ctx, "root:provider", "e", r.report)
+	r.waitFor(t, VirtualWorkspace{Exists: false})
+	if slice, _, ok := w.lookup("root:provider", "e"); !ok || slice != nil {
+		t.Errorf("lookup of an export without slice: %v, %t; want none, from the watch", slice, ok)
+	}
+	fake.latest(t).Add(endpointSlice("e", "https://shard/x"))
+	r.waitFor(t, VirtualWorkspace{Exists: true, URLs: []string{"https://shard/x"}})
+}
