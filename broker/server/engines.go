@@ -106,7 +106,9 @@ func (r *engines) attach(sink engine.Sink, export config.APIExportRef, agent, lo
 				r.mu.Lock()
 				defer r.mu.Unlock()
 				if r.running[export] == run {
-					r.log.Info("this replica lost the ownership of the APIExport; stopping its sync engine", logging.KeyExport, export.String())
+					if r.ctx.Err() == nil { // not the broker shutting down
+						r.log.Info("this replica lost the ownership of the APIExport; stopping its sync engine", logging.KeyExport, export.String())
+					}
 					r.stopLocked(export, run)
 				}
 			})
