@@ -155,13 +155,10 @@ func (e *Edge) Published() <-chan struct{} {
 // PublishResult is the broker's latest answer to the traffic edge's
 // Publish (nil before the first, or without traffic).
 func (e *Edge) PublishResult() *ferryv1.PublishResult {
-	t := e.handler.traffic
-	if t == nil {
+	if e.handler.traffic == nil {
 		return nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.result
+	return e.handler.traffic.latestResult()
 }
 
 // TrafficCounts are the traffic edge's intent and report counts so far

@@ -202,6 +202,14 @@ func (t *traffic) publishResult(r *ferryv1.PublishResult) {
 	}
 }
 
+// latestResult is the broker's latest answer to the Publish (nil before
+// the first).
+func (t *traffic) latestResult() *ferryv1.PublishResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.result
+}
+
 // inventoryRequest sends the inventory again (an operator's resync).
 func (t *traffic) inventoryRequest(r *ferryv1.InventoryRequest) {
 	t.mu.Lock()

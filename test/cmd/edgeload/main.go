@@ -111,7 +111,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer func() { _ = kcp.Stop(30 * time.Second) }()
-	ws, err := framework.CreateWorkspace(ctx, kcp.Config, "root", "edgeload")
+	ws, err := createWorkspace(ctx, kcp.Config, "edgeload")
 	if err != nil {
 		return err
 	}

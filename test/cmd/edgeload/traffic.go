@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,7 +56,7 @@ func setupTraffic(ctx context.Context, cfg *rest.Config, exports logicalcluster.
 		sr := r.GetServedResource()
 		targets[i] = target{resource: schema.GroupVersionResource{Group: sr.GetGroup(), Version: sr.GetVersion(), Resource: sr.GetResource()}, kind: r.GetProjectedKind()}
 	}
-	consumer, err := framework.CreateWorkspace(ctx, cfg, "root", consumerWorkspace)
+	consumer, err := createWorkspace(ctx, cfg, consumerWorkspace)
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +82,25 @@ func setupTraffic(ctx context.Context, cfg *rest.Config, exports logicalcluster.
 		}
 	}
 	return &writer{dyn: dyn, targets: targets}, nil
+}
+
+// createWorkspace creates the workspace root:name. A kcp that just
+// became ready may still refuse its admin the creation for a few seconds
+// (its RBAC bootstrap is not served yet): that is tried again.
+func createWorkspace(ctx context.Context, cfg *rest.Config, name string) (logicalcluster.Path, error) {
+	var path logicalcluster.Path
+	var last error
+	err := framework.Eventually(ctx, time.Minute, time.Second, func(ctx context.Context) (bool, string) {
+		path, last = framework.CreateWorkspace(ctx, cfg, "root", name)
+		if apierrors.IsForbidden(last) {
+			return false, last.Error()
+		}
+		return true, ""
+	})
+	if err != nil {
+		return path, err
+	}
+	return path, last
 }
 
 // workspaceConfig is cfg (any workspace of the server) for the workspace
