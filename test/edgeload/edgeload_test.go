@@ -235,7 +235,7 @@ func TestReportTable(t *testing.T) {
 	if err := r.WriteTable(&sb); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"every edge connected, 20 with traffic", "wrote 600 objects in kcp (0 failed), 10.0/s for a target of 10/s",
+	for _, want := range []string{"every edge connected, 20 with traffic", "the generator wrote 600 objects in kcp (0 failed), 10.0/s for a target of 10/s",
 		"10.0 intents/s (600, 0 refused), 9.8 reports/s (590)", "600 intents: p50 0.040s, p99 0.250s", "cold start"} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, sb.String())

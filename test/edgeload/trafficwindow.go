@@ -15,6 +15,10 @@ type Traffic struct {
 	// SetupSeconds is the time from the cold start's end until every
 	// traffic edge's CRD was published and bound.
 	SetupSeconds float64 `json:"setupSeconds"`
+	// FirstIntentsSeconds is the time from the generator's first write
+	// until every traffic edge received an intent (the broker syncing
+	// the newly bound exports); the window starts after it.
+	FirstIntentsSeconds float64 `json:"firstIntentsSeconds"`
 	// Seconds is the window.
 	Seconds float64 `json:"seconds"`
 	// Writes are the generator's creates and updates in kcp in the

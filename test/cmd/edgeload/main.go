@@ -24,8 +24,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/kcp-dev/logicalcluster/v3"
-	"k8s.io/client-go/rest"
 
 	"github.com/ferry-dev/ferry/pkg/devpki"
 	"github.com/ferry-dev/ferry/pkg/protocol"
@@ -229,57 +227,6 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return finish(report, o.out, nil)
-}
-
-// startTraffic waits for the traffic edges' CRDs, binds them and starts
-// writing objects.
-func startTraffic(ctx context.Context, cfg *rest.Config, exports logicalcluster.Path, fleet *edgeload.Fleet, o options,
-	step func(string, ...any)) (*trafficRun, error) {
-	start := time.Now()
-	step("traffic: %d edges publish a CRD each; binding them in %s", o.trafficEdges, consumerWorkspace)
-	w, err := setupTraffic(ctx, cfg, exports, fleet.TrafficEdges(), 5*time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	r := &trafficRun{fleet: fleet, writer: w, rate: o.trafficRate, setup: time.Since(start), done: make(chan struct{})}
-	step("traffic: bound in %.1fs; writing %g objects/s", r.setup.Seconds(), o.trafficRate)
-	wctx, cancel := context.WithCancel(ctx)
-	r.cancel = cancel
-	go func() {
-		defer close(r.done)
-		w.run(wctx, o.trafficRate)
-	}()
-	return r, nil
-}
-
-// trafficRun is the generator writing objects, measured over a window.
-type trafficRun struct {
-	fleet  *edgeload.Fleet
-	writer *writer
-	rate   float64
-	setup  time.Duration
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	edges          edgeload.TrafficMark
-	writes, errors int64
-}
-
-// mark starts the window.
-func (r *trafficRun) mark() {
-	r.edges = r.fleet.MarkTraffic()
-	r.writes, r.errors = r.writer.counts()
-}
-
-// stop ends the window and the writes, and returns the window's traffic.
-func (r *trafficRun) stop() *edgeload.Traffic {
-	writes, errs := r.writer.counts()
-	t := r.fleet.TrafficSince(r.edges)
-	r.cancel()
-	<-r.done
-	t.TargetObjectsPerSecond, t.SetupSeconds = r.rate, r.setup.Seconds()
-	t.Writes, t.WriteErrors = writes-r.writes, errs-r.errors
-	return &t
 }
 
 // finish prints and writes the report, also after a failed wave.
