@@ -225,4 +225,20 @@ func TestReportTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, sb.String())
 		}
 	}
+	if strings.Contains(sb.String(), "traffic") {
+		t.Errorf("a run without traffic prints traffic:\n%s", sb.String())
+	}
+
+	r.Traffic = &Traffic{Edges: 20, TargetObjectsPerSecond: 10, Seconds: 60, Writes: 600, Counts: TrafficCounts{Intents: 600, Reports: 590},
+		IntentsPerSecond: 10, ReportsPerSecond: 9.8, RoundTrips: 600, RoundTripP50Seconds: 0.04, RoundTripP99Seconds: 0.25}
+	sb.Reset()
+	if err := r.WriteTable(&sb); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"every edge connected, 20 with traffic", "the generator wrote 600 objects in kcp (0 failed), 10.0/s for a target of 10/s",
+		"10.0 intents/s (600, 0 refused), 9.8 reports/s (590)", "600 intents: p50 0.040s, p99 0.250s", "cold start"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, sb.String())
+		}
+	}
 }

@@ -31,8 +31,12 @@ type Report struct {
 	// Idle is the CPU use before any edge connected: broker and kcp.
 	Idle CPUWindow `json:"idle"`
 	// Steady is the CPU use over the steady window, every edge connected
-	// and idle but for heartbeats: broker, kcp and this generator.
+	// and idle but for heartbeats and the traffic edges' intents and
+	// reports: broker, kcp and this generator.
 	Steady CPUWindow `json:"steady"`
+	// Traffic is the intent and report traffic of the steady window; nil
+	// when no edge had traffic.
+	Traffic *Traffic `json:"traffic,omitempty"`
 	// Waves are the connect waves: the cold start of every edge at once,
 	// then the reconnect storms.
 	Waves []Wave `json:"waves"`
@@ -92,7 +96,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	writeCPU(w, "idle, no edge connected", r.Idle)
-	writeCPU(w, "steady state, every edge connected", r.Steady)
+	steady := "steady state, every edge connected"
+	if r.Traffic != nil {
+		steady += fmt.Sprintf(", %d with traffic", r.Traffic.Edges)
+	}
+	writeCPU(w, steady, r.Steady)
+	if r.Traffic != nil {
+		writeTraffic(w, r.Traffic)
+	}
 	if p, ok := r.PerEdge(); ok {
 		fmt.Fprintf(w, "per connected edge at the broker: RSS %.1f KiB, heap %.1f KiB, %.1f goroutines, %.2f millicores\n",
 			p.RSSBytes/1024, p.HeapBytes/1024, p.Goroutines, p.MilliCores)
@@ -124,6 +135,19 @@ func writeCPU(w io.Writer, what string, c CPUWindow) {
 		fmt.Fprintf(w, "; broker requests to kcp %.1f/s", c.KCPRequestsPerSecond)
 	}
 	fmt.Fprintln(w)
+}
+
+// writeTraffic writes the steady window's intent and report lines.
+func writeTraffic(w io.Writer, t *Traffic) {
+	fmt.Fprintf(w, "traffic: %d edges publish a CRD each (published and bound in one consumer workspace in %.1fs, every edge's first intent %.1fs after the first write); in the window the generator wrote %d objects in kcp (%d failed), %.1f/s for a target of %g/s\n",
+		t.Edges, t.SetupSeconds, t.FirstIntentsSeconds, t.Writes, t.WriteErrors, float64(t.Writes)/max(t.Seconds, 1e-9), t.TargetObjectsPerSecond)
+	fmt.Fprintf(w, "  at the edges: %.1f intents/s (%d, %d refused), %.1f reports/s (%d), %.1f report answers/s (%d, %d failed), %d reports unanswered at the end\n",
+		t.IntentsPerSecond, t.Counts.Intents, t.Counts.Nacks, t.ReportsPerSecond, t.Counts.Reports,
+		t.ReportResultsPerSecond, t.Counts.ReportResults, t.Counts.ReportErrors, t.PendingReports)
+	if t.RoundTrips > 0 {
+		fmt.Fprintf(w, "  intent round trip (generator's kcp write → intent at the edge), %d intents: p50 %.3fs, p99 %.3fs, max %.3fs\n",
+			t.RoundTrips, t.RoundTripP50Seconds, t.RoundTripP99Seconds, t.RoundTripMaxSeconds)
+	}
 }
 
 func refusals(m map[string]float64) string {

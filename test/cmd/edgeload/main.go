@@ -3,8 +3,11 @@
 // loopback (package edgeload: ferry's own edge stream client, an identity
 // and an APIExport per edge) and measures what the broker pays per
 // connected edge, how fast it takes handshakes, and how it absorbs a
-// reconnect storm of all N edges at once. It prints a table and writes it,
-// with the figures as JSON, to --out.
+// reconnect storm of all N edges at once. A few of the edges (--traffic-edges)
+// publish a small CRD each, which one consumer workspace binds; during the
+// steady window the generator writes objects of those CRDs in kcp, and those
+// edges answer the broker's intents with results and status reports. It
+// prints a table and writes it, with the figures as JSON, to --out.
 package main
 
 import (
@@ -40,6 +43,8 @@ type options struct {
 	waveTimeout    time.Duration
 	exportParallel int
 	brokerArgs     stringList
+	trafficEdges   int
+	trafficRate    float64
 }
 
 // stringList is a repeatable flag.
@@ -62,11 +67,18 @@ func main() {
 	flag.DurationVar(&o.waveTimeout, "wave-timeout", 10*time.Minute, "How long a connect wave may take before the run fails.")
 	flag.IntVar(&o.exportParallel, "export-parallel", 16, "APIExports created at once.")
 	flag.Var(&o.brokerArgs, "broker-arg", "A flag for ferry-broker, e.g. --broker-arg=--max-concurrent-handshakes=0 (repeatable).")
+	flag.IntVar(&o.trafficEdges, "traffic-edges", 20, "Edges that publish a small CRD each and answer intents with results and status reports (0: no intent or report traffic).")
+	flag.Float64Var(&o.trafficRate, "traffic-rate", 10, "Objects the generator creates or updates in kcp per second during the steady window, across all traffic edges.")
 	flag.Parse()
 	if o.edges < 1 || o.kcpBin == "" {
 		fmt.Fprintln(os.Stderr, "edgeload: --edges must be positive and --kcp-bin set (run it through make bench-edges)")
 		os.Exit(2)
 	}
+	if o.trafficEdges < 0 || (o.trafficEdges > 0 && o.trafficRate <= 0) {
+		fmt.Fprintln(os.Stderr, "edgeload: --traffic-edges must not be negative, and --traffic-rate must be positive with traffic")
+		os.Exit(2)
+	}
+	o.trafficEdges = min(o.trafficEdges, o.edges)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
@@ -97,7 +109,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer func() { _ = kcp.Stop(30 * time.Second) }()
-	ws, err := framework.CreateWorkspace(ctx, kcp.Config, "root", "edgeload")
+	ws, err := createWorkspace(ctx, kcp.Config, "edgeload")
 	if err != nil {
 		return err
 	}
@@ -155,18 +167,36 @@ func run(ctx context.Context, o options) error {
 		return finish(report, o.out, err)
 	}
 
+	// Traffic: the traffic edges published on connecting; bind their
+	// exports and start writing their objects before the settling.
+	var traffic *trafficRun
+	if o.trafficEdges > 0 {
+		if traffic, err = startTraffic(ctx, kcp.Config, ws, fleet, o, step); err != nil {
+			return finish(report, o.out, err)
+		}
+	}
+
 	// Steady: a few heartbeats after the last handshake, then the window.
 	if err := sleep(ctx, 3*o.heartbeat); err != nil {
 		return err
 	}
 	step("steady state: measuring CPU for %s", o.steady)
 	before, _ := framework.Scrape(ctx, broker.Process)
+	if traffic != nil {
+		traffic.mark()
+	}
 	report.Steady, err = edgeload.MeasureCPU(ctx, map[string]int{"broker": broker.Pid(), "kcp": kcp.Pid(), "generator": os.Getpid()}, o.steady)
 	if err != nil {
 		return err
 	}
 	if after, err := framework.Scrape(ctx, broker.Process); err == nil {
 		report.Steady.KCPRequestsPerSecond = (kcpRequests(after) - kcpRequests(before)) / report.Steady.Seconds
+	}
+	if traffic != nil {
+		report.Traffic = traffic.stop()
+		step("traffic: %d writes, %.1f intents/s and %.1f reports/s at the edges, round trip p50 %.3fs p99 %.3fs",
+			report.Traffic.Writes, report.Traffic.IntentsPerSecond, report.Traffic.ReportsPerSecond,
+			report.Traffic.RoundTripP50Seconds, report.Traffic.RoundTripP99Seconds)
 	}
 	if err := addSample(ctx, report, "connected", broker, pprof, fleet); err != nil {
 		return err
@@ -223,12 +253,17 @@ func newFleet(address, pki string, o options) (*edgeload.Fleet, error) {
 		if err != nil {
 			return nil, err
 		}
+		publish, err := publishFor(i, o.trafficEdges)
+		if err != nil {
+			return nil, err
+		}
 		edges[i] = edgeload.NewEdge(edgeload.EdgeOptions{
 			Name: edgeName(i), BrokerAddress: address, TLS: tlsCfg, HeartbeatInterval: o.heartbeat,
 			BackoffInitial: o.backoffInitial, BackoffMax: o.backoffMax, MaxMessageBytes: protocol.DefaultMaxMessageBytes,
 			// The waves count every attempt; a thousand edges' logs
 			// would only cost the generator CPU the broker needs.
-			Log: logr.Discard(),
+			Log:     logr.Discard(),
+			Publish: publish,
 		})
 	}
 	return edgeload.NewFleet(edges), nil

@@ -19,7 +19,10 @@ import (
 
 // exportName is the APIExport of simulated edge i: one edge per export, as
 // the broker requires, all in one workspace (see createExports).
-func exportName(i int) string { return fmt.Sprintf("%s.edgeload.ferry.dev", edgeName(i)) }
+func exportName(i int) string { return exportOf(edgeName(i)) }
+
+// exportOf is the APIExport of the simulated edge named edge.
+func exportOf(edge string) string { return edge + ".edgeload.ferry.dev" }
 
 // edgeName is simulated edge i's agent name, certificate name and, through
 // its identity's last path segment, its name (finalizer) at the broker.
