@@ -28,6 +28,9 @@ type Report struct {
 	// none connected), connected (every edge connected, after the steady
 	// window) and after each storm.
 	Samples []Sample `json:"samples"`
+	// KCPSettle is the wait, before the idle window, for kcp to be quiet
+	// after the APIExports were created.
+	KCPSettle Settle `json:"kcpSettle"`
 	// Idle is the CPU use before any edge connected: broker and kcp.
 	Idle CPUWindow `json:"idle"`
 	// Steady is the CPU use over the steady window, every edge connected
@@ -40,6 +43,14 @@ type Report struct {
 	// Waves are the connect waves: the cold start of every edge at once,
 	// then the reconnect storms.
 	Waves []Wave `json:"waves"`
+}
+
+// Settle is a wait for kcp to be quiet: how long, and its CPU use in
+// the last window (cores).
+type Settle struct {
+	Seconds float64 `json:"seconds"`
+	Cores   float64 `json:"cores"`
+	Quiet   bool    `json:"quiet"`
 }
 
 // PerEdge is the broker's cost per connected edge: the difference between
@@ -84,7 +95,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.BrokerArgs) > 0 {
 		fmt.Fprintf(w, "broker flags: %s\n", strings.Join(r.BrokerArgs, " "))
 	}
-	fmt.Fprintf(w, "kcp created the %d APIExports in %.1fs\n\n", r.Edges, r.ExportsSetupSeconds)
+	fmt.Fprintf(w, "kcp created the %d APIExports in %.1fs", r.Edges, r.ExportsSetupSeconds)
+	if r.KCPSettle.Seconds > 0 {
+		quiet := "quiet"
+		if !r.KCPSettle.Quiet {
+			quiet = "NOT quiet"
+		}
+		fmt.Fprintf(w, "; the waves started when kcp was %s (%.2f cores) %.0fs later", quiet, r.KCPSettle.Cores, r.KCPSettle.Seconds)
+	}
+	fmt.Fprintf(w, "\n\n")
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "broker at\tedges connected\tRSS MiB\theap MiB\tgoroutines\tCPU s (total)\t")

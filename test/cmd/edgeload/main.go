@@ -41,6 +41,7 @@ type options struct {
 	backoffInitial time.Duration
 	backoffMax     time.Duration
 	waveTimeout    time.Duration
+	kcpSettleMax   time.Duration
 	exportParallel int
 	brokerArgs     stringList
 	trafficEdges   int
@@ -64,6 +65,7 @@ func main() {
 	flag.DurationVar(&o.steady, "steady", time.Minute, "Steady-state window over which CPU is measured, every edge connected.")
 	flag.DurationVar(&o.backoffInitial, "reconnect-initial-delay", 250*time.Millisecond, "The edges' first reconnect delay cap (ferry-edge's default).")
 	flag.DurationVar(&o.backoffMax, "reconnect-max-delay", 5*time.Second, "The edges' reconnect delay cap (ferry-edge's default).")
+	flag.DurationVar(&o.kcpSettleMax, "kcp-settle-max", 4*time.Minute, "How long to wait, before the idle window and the waves, for kcp to be quiet after the APIExports were created.")
 	flag.DurationVar(&o.waveTimeout, "wave-timeout", 10*time.Minute, "How long a connect wave may take before the run fails.")
 	flag.IntVar(&o.exportParallel, "export-parallel", 16, "APIExports created at once.")
 	flag.Var(&o.brokerArgs, "broker-arg", "A flag for ferry-broker, e.g. --broker-arg=--max-concurrent-handshakes=0 (repeatable).")
@@ -147,6 +149,18 @@ func run(ctx context.Context, o options) error {
 	if err := sleep(ctx, o.heartbeat); err != nil {
 		return err
 	}
+	// kcp works for minutes after n new APIExports (and the broker's
+	// first Leases); a cold start measured then would measure that work.
+	// The waves start once kcp is quiet, as a broker starting against a
+	// running kcp finds it.
+	step("waiting until kcp is quiet (below %.2f cores over %s, at most %s)", kcpQuietCores, kcpQuietWindow, o.kcpSettleMax)
+	settle := time.Now()
+	quiet, err := waitQuiet(ctx, kcp.Pid(), o.kcpSettleMax)
+	if err != nil {
+		return err
+	}
+	report.KCPSettle = edgeload.Settle{Seconds: time.Since(settle).Seconds(), Cores: quiet, Quiet: quiet < kcpQuietCores}
+	step("kcp at %.2f cores after %.0fs", quiet, report.KCPSettle.Seconds)
 	step("idle: measuring CPU for %s", 2*o.heartbeat)
 	report.Idle, err = edgeload.MeasureCPU(ctx, map[string]int{"broker": broker.Pid(), "kcp": kcp.Pid()}, 2*o.heartbeat)
 	if err != nil {
@@ -327,4 +341,25 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%d cores, %s", runtime.NumCPU(), model)
+}
+
+// kcp is quiet when it uses less than kcpQuietCores over kcpQuietWindow.
+const (
+	kcpQuietCores  = 0.3
+	kcpQuietWindow = 5 * time.Second
+)
+
+// waitQuiet measures kcp's CPU in windows until one is below
+// kcpQuietCores or limit has passed; it returns the last window's use.
+func waitQuiet(ctx context.Context, pid int, limit time.Duration) (float64, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		w, err := edgeload.MeasureCPU(ctx, map[string]int{"kcp": pid}, kcpQuietWindow)
+		if err != nil {
+			return 0, err
+		}
+		if cores := w.Cores["kcp"]; cores < kcpQuietCores || time.Now().After(deadline) {
+			return cores, nil
+		}
+	}
 }
