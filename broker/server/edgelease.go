@@ -102,15 +102,18 @@ func (l *edgeLeases) start(ctx context.Context) (stop func()) {
 		now := time.Now()
 		shutdownAt.Store(&now)
 	})
+	// Every initial status is set before the writer runs, so that the
+	// first write in a workspace lists its Leases for all of its edges
+	// (one List rather than a read per edge).
+	for _, e := range l.cfg.Edges {
+		l.writer.Set(edgelease.Status{Edge: e, State: edgelease.Disconnected, Initial: true, Reason: edgelease.ReasonNotConnected})
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		l.writer.Run(runCtx)
 	}()
-	for _, e := range l.cfg.Edges {
-		l.writer.Set(edgelease.Status{Edge: e, State: edgelease.Disconnected, Initial: true, Reason: edgelease.ReasonNotConnected})
-	}
 	l.log.Info("keeping a Lease per configured edge in its APIExport's workspace", "namespace", l.namespace,
 		"edges", len(l.cfg.Edges), "renewInterval", l.renewInterval.String())
 	return func() {
