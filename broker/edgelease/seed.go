@@ -99,8 +99,10 @@ func (w *Writer) list(ctx context.Context, leases coordinationv1client.LeaseInte
 		sd.leases[name] = nil
 	}
 	for i := range list.Items {
+		// A copy: the List's other Leases (other brokers', edges no longer
+		// configured) are not kept alive by the ones kept.
 		if l := &list.Items[i]; names[l.Name] {
-			sd.leases[l.Name] = l
+			sd.leases[l.Name] = l.DeepCopy()
 		}
 	}
 	w.mu.Unlock()
