@@ -70,6 +70,9 @@ type Writer struct {
 	// scheduled with backoff, and a newer status waits for it rather than
 	// hammering a failing kcp.
 	failing map[string]bool
+	// seeds holds, per workspace, the List of its Leases that the first
+	// writes after the broker started begin from (seed.go).
+	seeds map[string]*seed
 	// idle is closed and replaced when pending becomes empty.
 	idle chan struct{}
 }
@@ -97,6 +100,7 @@ func NewWriter(o Options) *Writer {
 		pending: map[string]pending{},
 		written: map[string]*coordinationv1.Lease{},
 		failing: map[string]bool{},
+		seeds:   map[string]*seed{},
 		idle:    make(chan struct{}),
 	}
 }
@@ -207,7 +211,9 @@ func (w *Writer) processNext(ctx context.Context) bool {
 }
 
 // write makes s's Lease show s: an update of the Lease last written (no
-// read), else a read and an update, or a create; a conflict reads again.
+// read), else of the Lease its workspace's List found (an initial status,
+// seed.go), else a read and an update, or a create; a conflict reads
+// again.
 func (w *Writer) write(ctx context.Context, s Status) error {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.WriteTimeout)
 	defer cancel()
@@ -222,11 +228,24 @@ func (w *Writer) write(ctx context.Context, s Status) error {
 	w.mu.Lock()
 	cur := w.written[key]
 	w.mu.Unlock()
+	// absent: the List found no Lease, so the first attempt creates it
+	// without reading it.
+	absent := false
+	if cur == nil {
+		var known bool
+		cur, known = w.seeded(ctx, leases, s)
+		absent = known && cur == nil
+	}
 	const attempts = 4
 	for range attempts {
 		if cur == nil {
-			cur, err = leases.Get(ctx, name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
+			notFound := absent
+			absent = false
+			if !notFound {
+				cur, err = leases.Get(ctx, name, metav1.GetOptions{})
+				notFound = apierrors.IsNotFound(err)
+			}
+			if notFound {
 				l := newLease(s, w.opts.Namespace)
 				if !update(l, s, w.opts.Now()) {
 					return nil

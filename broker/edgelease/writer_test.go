@@ -80,6 +80,19 @@ func startWriter(t *testing.T, kcp Clients, mutate ...func(*Options)) *Writer {
 		m(&o)
 	}
 	w := NewWriter(o)
+	run(t, w)
+	return w
+}
+
+// newTestWriter returns a writer on kcp that does not run yet.
+func newTestWriter(t *testing.T, kcp Clients) *Writer {
+	t.Helper()
+	return NewWriter(Options{Clients: kcp, Namespace: "default", RetryInitial: time.Millisecond, RetryMax: 10 * time.Millisecond, Log: testr.New(t)})
+}
+
+// run runs w until the test ends.
+func run(t *testing.T, w *Writer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -90,7 +103,6 @@ func startWriter(t *testing.T, kcp Clients, mutate ...func(*Options)) *Writer {
 		cancel()
 		<-done
 	})
-	return w
 }
 
 func flush(t *testing.T, w *Writer) {

@@ -5,12 +5,14 @@ package kcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 
 	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
 	"github.com/kcp-dev/logicalcluster/v3"
+	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -46,6 +48,12 @@ type Resolver struct {
 	// slices watches the endpoint slices of every workspace with a running
 	// engine, once per workspace; handshakes of its exports read it.
 	slices *sliceWatches
+	// workspaces coalesces the reads of a workspace's LogicalCluster, keyed
+	// by workspace path: a storm of handshakes for the exports of one
+	// workspace (a cold broker) reads it once rather than once per export.
+	// Only reads in flight are shared, nothing is kept: a handshake never
+	// gets an answer from a read that ended before it arrived.
+	workspaces singleflight.Group
 }
 
 // NewClient builds a cluster-aware kcp clientset from a rest config; any
@@ -93,15 +101,12 @@ func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (Export
 	}
 	path := logicalcluster.NewPath(ref.Workspace)
 
-	lc, err := r.client.Cluster(path).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
+	cluster, err := r.logicalCluster(ctx, path)
 	if err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			return ExportState{}, &NotFoundError{What: fmt.Sprintf("workspace %q", ref.Workspace), Err: err}
-		}
-		return ExportState{}, fmt.Errorf("cannot read workspace %q: %w", ref.Workspace, err)
+		return ExportState{}, err
 	}
-	state := ExportState{LogicalCluster: logicalcluster.From(lc).String()}
-	r.slices.learnedLogicalCluster(ref.Workspace, state.LogicalCluster)
+	state := ExportState{LogicalCluster: cluster}
+	r.slices.learnedLogicalCluster(ref.Workspace, cluster)
 
 	if _, err := r.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, ref.Name, metav1.GetOptions{}); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
@@ -120,4 +125,56 @@ func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (Export
 		state.VirtualWorkspaceURLs = endpointURLs(slice, r.rewrite)
 	}
 	return state, nil
+}
+
+// logicalCluster is the logical cluster name of the workspace at path,
+// read once for all the callers that ask while a read is in flight. A
+// caller that joined a read whose starter's context ended (its handshake
+// was cancelled) reads again under its own context rather than fail with
+// someone else's cancellation; each such retry follows a distinct caller
+// leaving, so it does not loop.
+func (r *Resolver) logicalCluster(ctx context.Context, path logicalcluster.Path) (string, error) {
+	for {
+		ch := r.workspaces.DoChan(path.String(), func() (any, error) {
+			cluster, err := r.readLogicalCluster(ctx, path)
+			if err != nil && ctx.Err() != nil {
+				return "", &starterGoneError{err: err}
+			}
+			return cluster, err
+		})
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("cannot read workspace %q: %w", path, ctx.Err())
+		case res := <-ch:
+			var gone *starterGoneError
+			switch {
+			case errors.As(res.Err, &gone) && ctx.Err() == nil:
+				continue
+			case gone != nil:
+				return "", gone.err
+			case res.Err != nil:
+				return "", res.Err
+			}
+			return res.Val.(string), nil
+		}
+	}
+}
+
+// starterGoneError is a shared read that failed because the context of the
+// caller that started it ended.
+type starterGoneError struct{ err error }
+
+func (e *starterGoneError) Error() string { return e.err.Error() }
+func (e *starterGoneError) Unwrap() error { return e.err }
+
+// readLogicalCluster reads the LogicalCluster of the workspace at path.
+func (r *Resolver) readLogicalCluster(ctx context.Context, path logicalcluster.Path) (string, error) {
+	lc, err := r.client.Cluster(path).CoreV1alpha1().LogicalClusters().Get(ctx, "cluster", metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return "", &NotFoundError{What: fmt.Sprintf("workspace %q", path), Err: err}
+		}
+		return "", fmt.Errorf("cannot read workspace %q: %w", path, err)
+	}
+	return logicalcluster.From(lc).String(), nil
 }

@@ -15,12 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
-// fakeSlices lists a workspace's endpoint slices and hands the test the
+// sliceSource lists a workspace's endpoint slices and hands the test the
 // watch to send changes on; it counts the watches started.
-type fakeSlices struct {
+type sliceSource struct {
 	items   []apisv1alpha1.APIExportEndpointSlice
 	started atomic.Int32
 
@@ -29,15 +30,15 @@ type fakeSlices struct {
 	opened  chan struct{}
 }
 
-func newFakeSlices(items ...*apisv1alpha1.APIExportEndpointSlice) *fakeSlices {
-	f := &fakeSlices{opened: make(chan struct{}, 16)}
+func newSliceSource(items ...*apisv1alpha1.APIExportEndpointSlice) *sliceSource {
+	f := &sliceSource{opened: make(chan struct{}, 16)}
 	for _, s := range items {
 		f.items = append(f.items, *s)
 	}
 	return f
 }
 
-func (f *fakeSlices) listWatch(workspace string) cache.ListerWatcher {
+func (f *sliceSource) listWatch(workspace string) cache.ListerWatcher {
 	f.started.Add(1)
 	return watching.WithoutWatchList(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -55,7 +56,7 @@ func (f *fakeSlices) listWatch(workspace string) cache.ListerWatcher {
 }
 
 // latest is the watch opened last, waiting for it.
-func (f *fakeSlices) latest(t *testing.T) *watch.FakeWatcher {
+func (f *sliceSource) latest(t *testing.T) *watch.FakeWatcher {
 	t.Helper()
 	select {
 	case <-f.opened:
@@ -118,7 +119,7 @@ func TestOneSliceWatchPerWorkspace(t *testing.T) {
 	for i := range exports {
 		objs = append(objs, endpointSlice(fmt.Sprintf("e%d", i), fmt.Sprintf("https://shard/services/apiexport/c/e%d", i)))
 	}
-	fake := newFakeSlices(objs...)
+	fake := newSliceSource(objs...)
 	w := newSliceWatches(fake.listWatch, EndpointRewrite{})
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,7 +179,7 @@ func TestOneSliceWatchPerWorkspace(t *testing.T) {
 // without a slice hears that there is none (it may be gone), and hears of
 // the slice when kcp makes it.
 func TestSliceWatchReportsAnExportWithoutSlice(t *testing.T) {
-	fake := newFakeSlices(endpointSlice("other"))
+	fake := newSliceSource(endpointSlice("other"))
 	w := newSliceWatches(fake.listWatch, EndpointRewrite{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -194,4 +195,42 @@ func TestSliceWatchReportsAnExportWithoutSlice(t *testing.T) {
 	}
 	fake.latest(t).Add(endpointSlice("e", "https://shard/x"))
 	r.waitFor(t, VirtualWorkspace{Exists: true, URLs: []string{"https://shard/x"}})
+}
+
+// TestResolveReadsNothingWhileTheWorkspaceIsWatched: once an engine of the
+// workspace runs (its slices watched) and a handshake learned the logical
+// cluster, the handshakes of the workspace's other exports read nothing;
+// an export without a slice is read in kcp (it may be gone).
+func TestResolveReadsNothingWhileTheWorkspaceIsWatched(t *testing.T) {
+	client := workspaceWithExports(3)
+	src := newSliceSource(endpointSlice("export-0"), endpointSlice("export-1", "https://shard/services/apiexport/x/export-1"))
+	r := NewResolver(client, EndpointRewrite{})
+	r.slices = newSliceWatches(src.listWatch, EndpointRewrite{})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rec := &recorder{}
+	go r.WatchVirtualWorkspace(ctx, config.APIExportRef{Workspace: testWorkspace, Name: "export-0"}, rec.report)
+	rec.waitFor(t, VirtualWorkspace{Exists: true})
+
+	// The first handshake since the watch started reads (and teaches the
+	// watch the logical cluster); the next ones read nothing.
+	if _, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "export-0"}); err != nil {
+		t.Fatal(err)
+	}
+	reads := client.reads.Load()
+	got, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "export-1"})
+	if err != nil || got.LogicalCluster != testCluster || !slices.Equal(got.VirtualWorkspaceURLs, []string{"https://shard/services/apiexport/x/export-1"}) {
+		t.Errorf("export-1 from the watch: %+v, %v", got, err)
+	}
+	if n := client.reads.Load() - reads; n != 0 {
+		t.Errorf("%d reads for a handshake of a watched export, want none", n)
+	}
+	// No slice in the watch: read kcp.
+	if _, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "export-2"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.reads.Load() - reads; n != 1 {
+		t.Errorf("%d LogicalCluster reads for an export without a slice, want 1 (read in kcp)", n)
+	}
 }

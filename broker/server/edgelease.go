@@ -28,6 +28,10 @@ type EdgeLeaseOptions struct {
 	// connected edge's Lease: it is renewed every heartbeat interval, but
 	// no more often than this. Default 10s.
 	RenewInterval time.Duration
+	// RenewalsPerSecond bounds the renewals of all connected edges' Leases
+	// together: with n edges connected each is renewed no more often than
+	// every n/RenewalsPerSecond seconds (renewPeriod). 0 bounds nothing.
+	RenewalsPerSecond float64
 	// Clients writes the Leases; nil uses Options.KCP.
 	Clients edgelease.Clients
 }
@@ -35,6 +39,12 @@ type EdgeLeaseOptions struct {
 // DefaultEdgeLeaseRenewInterval bounds the Lease writes per connected edge
 // to one per 10 s.
 const DefaultEdgeLeaseRenewInterval = 10 * time.Second
+
+// DefaultEdgeLeaseRenewalsPerSecond bounds the renewals of all edges'
+// Leases together: up to 500 connected edges renew every 10 s, 1,000 every
+// 20 s. Each renewal is an update in kcp; at 100 a second kcp spent more
+// than a core on them.
+const DefaultEdgeLeaseRenewalsPerSecond = 50
 
 // minEdgeLeaseFlush is the least time a shutting-down broker gives the
 // last Lease writes, even when its streams took the whole shutdown timeout
@@ -49,9 +59,13 @@ type edgeLeases struct {
 	cfg             *config.Config
 	writer          *edgelease.Writer
 	renewInterval   time.Duration
+	renewalsPerSec  float64
 	namespace       string
 	shutdownTimeout time.Duration
 	log             logr.Logger
+	// sessions counts the connected edges whose Leases are renewed: the
+	// renewal period grows with it (renewPeriod).
+	sessions atomic.Int64
 }
 
 // newEdgeLeases returns nil when Leases are off or their kcp clients
@@ -81,6 +95,7 @@ func newEdgeLeases(o Options) *edgeLeases {
 		cfg:             o.Config,
 		writer:          edgelease.NewWriter(edgelease.Options{Clients: clients, Namespace: lo.Namespace, Log: log}),
 		renewInterval:   renew,
+		renewalsPerSec:  max(lo.RenewalsPerSecond, 0),
 		namespace:       lo.Namespace,
 		shutdownTimeout: o.ShutdownTimeout,
 		log:             log,
@@ -102,17 +117,20 @@ func (l *edgeLeases) start(ctx context.Context) (stop func()) {
 		now := time.Now()
 		shutdownAt.Store(&now)
 	})
+	// Every initial status is set before the writer runs, so that the
+	// first write in a workspace lists its Leases for all of its edges
+	// (one List rather than a read per edge).
+	for _, e := range l.cfg.Edges {
+		l.writer.Set(edgelease.Status{Edge: e, State: edgelease.Disconnected, Initial: true, Reason: edgelease.ReasonNotConnected})
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		l.writer.Run(runCtx)
 	}()
-	for _, e := range l.cfg.Edges {
-		l.writer.Set(edgelease.Status{Edge: e, State: edgelease.Disconnected, Initial: true, Reason: edgelease.ReasonNotConnected})
-	}
 	l.log.Info("keeping a Lease per configured edge in its APIExport's workspace", "namespace", l.namespace,
-		"edges", len(l.cfg.Edges), "renewInterval", l.renewInterval.String())
+		"edges", len(l.cfg.Edges), "renewInterval", l.renewInterval.String(), "renewalsPerSecond", l.renewalsPerSec)
 	return func() {
 		unregister()
 		deadline := time.Now().Add(minEdgeLeaseFlush)
@@ -137,46 +155,74 @@ type engineStatus interface {
 // edgeLeaseSession keeps one stream's Lease: Connected and renewed until
 // disconnected is called. A nil *edgeLeaseSession does nothing.
 type edgeLeaseSession struct {
-	leases   *edgeLeases
-	sess     *registry.Session
-	edge     config.Edge
-	engine   engineStatus
+	leases    *edgeLeases
+	sess      *registry.Session
+	edge      config.Edge
+	engine    engineStatus
+	heartbeat time.Duration
+	// duration is the Lease duration of the last write: set by connected,
+	// then only by renew's goroutine (and read by disconnected after it
+	// ended).
 	duration time.Duration
 	stop     chan struct{}
 	done     chan struct{}
 }
 
+// renewPeriod is how often a connected edge's Lease is renewed while n
+// edges are connected: every heartbeat interval, but no more often than
+// renewInterval, and, with perSecond > 0, no more often than every
+// n/perSecond seconds, so that all n renewals together stay within
+// perSecond writes a second on average (1,000 edges at 50 a second: every
+// 20 s).
+func renewPeriod(heartbeat, renewInterval time.Duration, perSecond float64, n int64) time.Duration {
+	period := max(heartbeat, renewInterval)
+	if perSecond > 0 {
+		period = max(period, time.Duration(float64(n)/perSecond*float64(time.Second)))
+	}
+	return period
+}
+
 // connected marks sess's edge Connected and renews its Lease every
-// heartbeat interval, but at most every renewInterval. The Lease's
-// duration is three such periods: with the default heartbeat (10 s) that
-// is the broker's own silence limit; with a shorter heartbeat the Lease is
-// renewed less often than the edge is heard, so it must last longer than
-// the silence limit to not look expired between two renewals.
+// renewPeriod, computed anew for each renewal from the number of edges
+// connected then. Each write's Lease duration is three of the period until
+// the next renewal: with the default heartbeat (10 s) and few edges that is
+// the broker's own silence limit; with a shorter heartbeat, or many edges,
+// the Lease is renewed less often than the edge is heard, so it must last
+// longer than the silence limit to not look expired between two renewals.
+// Connect and disconnect are written at once; only renewals are paced.
 func (l *edgeLeases) connected(sess *registry.Session, edge config.Edge, eng engineStatus, heartbeat time.Duration) *edgeLeaseSession {
 	if l == nil {
 		return nil
 	}
-	period := max(heartbeat, l.renewInterval)
+	n := l.sessions.Add(1)
+	period := renewPeriod(heartbeat, l.renewInterval, l.renewalsPerSec, n)
 	s := &edgeLeaseSession{
-		leases: l, sess: sess, edge: edge, engine: eng,
+		leases: l, sess: sess, edge: edge, engine: eng, heartbeat: heartbeat,
 		duration: protocol.DeadAfter(period), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	l.writer.Set(s.status(edgelease.Connected))
 	go s.renew(period)
-	l.log.V(1).Info("edge Lease: connected", logging.KeyIdentity, edge.Identity, logging.KeySession, sess.ID, "renewEvery", period.String())
+	l.log.V(1).Info("edge Lease: connected", logging.KeyIdentity, edge.Identity, logging.KeySession, sess.ID,
+		"renewEvery", period.String(), "connectedEdges", n)
 	return s
 }
 
+// renew renews the Lease first after period, then at the period each
+// renewal computes; a renewal's Lease lasts three of the period that
+// follows it, so a growing period never lets the Lease lapse.
 func (s *edgeLeaseSession) renew(period time.Duration) {
 	defer close(s.done)
-	t := time.NewTicker(period)
+	t := time.NewTimer(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
+			period = renewPeriod(s.heartbeat, s.leases.renewInterval, s.leases.renewalsPerSec, s.leases.sessions.Load())
+			s.duration = protocol.DeadAfter(period)
 			s.leases.writer.Set(s.status(edgelease.Connected))
+			t.Reset(period)
 		}
 	}
 }
@@ -189,6 +235,7 @@ func (s *edgeLeaseSession) disconnected(err error) {
 	}
 	close(s.stop)
 	<-s.done // no renewal after this
+	s.leases.sessions.Add(-1)
 	st := s.status(edgelease.Disconnected)
 	st.DisconnectedAt, st.Reason = time.Now(), disconnectReason(err)
 	s.leases.writer.Set(st)

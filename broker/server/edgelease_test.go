@@ -236,3 +236,41 @@ func TestDisconnectReason(t *testing.T) {
 		})
 	}
 }
+
+// A broker restarting with 50 configured edges in one workspace, whose
+// Leases exist, lists that workspace's Leases once and reads none of them.
+func TestEdgeLeasesStartListsTheWorkspaceOnce(t *testing.T) {
+	cs := fake.NewClientset()
+	clients := edgelease.ClientsFunc(func(string) (coordinationv1client.LeasesGetter, error) { return cs.CoordinationV1(), nil })
+	cfg := &config.Config{}
+	for i := range 50 {
+		cfg.Edges = append(cfg.Edges, config.Edge{
+			Identity: fmt.Sprintf("spiffe://test/edge-%d", i), Name: fmt.Sprintf("edge-%d", i),
+			APIExport: config.APIExportRef{Workspace: "root:org", Name: fmt.Sprintf("e%d.ferry.dev", i)},
+		})
+	}
+	startAndStop := func() {
+		l := newEdgeLeases(Options{
+			Config: cfg, ShutdownTimeout: 5 * time.Second, Log: testr.New(t),
+			EdgeLeases: EdgeLeaseOptions{Namespace: "default", Clients: clients},
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := l.start(ctx)
+		cancel()
+		stop() // flushes the initial statuses
+	}
+	startAndStop() // the first start creates the Leases
+	if n := len(cs.Actions()); n < 50 {
+		t.Fatalf("the first start made %d requests, want a create per edge", n)
+	}
+	cs.ClearActions()
+
+	startAndStop()
+	var verbs []string
+	for _, a := range cs.Actions() {
+		verbs = append(verbs, a.GetVerb())
+	}
+	if len(verbs) != 1 || verbs[0] != "list" {
+		t.Errorf("requests at the restart = %v, want one list", verbs)
+	}
+}

@@ -131,6 +131,7 @@ func run(args []string) error {
 		Metrics:           m,
 		EdgeLeases: server.EdgeLeaseOptions{
 			Namespace: opts.EdgeLeaseNamespace, RenewInterval: opts.EdgeLeaseRenewInterval,
+			RenewalsPerSecond: opts.EdgeLeaseRenewalsPerSecond,
 		},
 		Revocations: revocations,
 		Enrolment:   enrol,

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -44,10 +45,12 @@ type Options struct {
 	PprofAddress      string
 	MetricsAddress    string
 	HealthAddress     string
-	// EdgeLeaseNamespace and EdgeLeaseRenewInterval: the Lease per edge in
-	// kcp (docs/edge-status.md).
-	EdgeLeaseNamespace     string
-	EdgeLeaseRenewInterval time.Duration
+	// EdgeLeaseNamespace, EdgeLeaseRenewInterval and
+	// EdgeLeaseRenewalsPerSecond: the Lease per edge in kcp
+	// (docs/edge-status.md).
+	EdgeLeaseNamespace         string
+	EdgeLeaseRenewInterval     time.Duration
+	EdgeLeaseRenewalsPerSecond float64
 	// VirtualWorkspaceURLRewrite maps the virtual workspace URLs kcp lists,
 	// FROM=TO per shard (kcp.EndpointRewrite); none keeps them.
 	VirtualWorkspaceURLRewrite []string
@@ -79,26 +82,27 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		ListenAddress:           ":9443",
-		HeartbeatInterval:       protocol.DefaultHeartbeatInterval,
-		MaxMessageBytes:         protocol.DefaultMaxMessageBytes,
-		ShutdownTimeout:         10 * time.Second,
-		InFlightWindow:          256,
-		EngineIdleTimeout:       15 * time.Minute,
-		ClientQPS:               cli.DefaultClientQPS,
-		ClientBurst:             cli.DefaultClientBurst,
-		MetricsAddress:          cli.BrokerMetricsAddress,
-		HealthAddress:           cli.BrokerHealthAddress,
-		EdgeLeaseNamespace:      metav1.NamespaceDefault,
-		EdgeLeaseRenewInterval:  server.DefaultEdgeLeaseRenewInterval,
-		EdgeCertificateLifetime: enrolment.DefaultCertificateLifetime,
-		EnrolmentTokenTTL:       enrolment.DefaultTokenTTL,
-		StateNamespace:          metav1.NamespaceDefault,
-		OwnershipLeaseNamespace: metav1.NamespaceDefault,
-		OwnershipLeaseDuration:  15 * time.Second,
-		MaxConcurrentHandshakes: server.DefaultMaxConcurrentHandshakes,
-		HandshakeMaxWait:        server.DefaultHandshakeMaxWait,
-		HandshakeRetryAfter:     server.DefaultHandshakeRetryAfter,
+		ListenAddress:              ":9443",
+		HeartbeatInterval:          protocol.DefaultHeartbeatInterval,
+		MaxMessageBytes:            protocol.DefaultMaxMessageBytes,
+		ShutdownTimeout:            10 * time.Second,
+		InFlightWindow:             256,
+		EngineIdleTimeout:          15 * time.Minute,
+		ClientQPS:                  cli.DefaultClientQPS,
+		ClientBurst:                cli.DefaultClientBurst,
+		MetricsAddress:             cli.BrokerMetricsAddress,
+		HealthAddress:              cli.BrokerHealthAddress,
+		EdgeLeaseNamespace:         metav1.NamespaceDefault,
+		EdgeLeaseRenewInterval:     server.DefaultEdgeLeaseRenewInterval,
+		EdgeLeaseRenewalsPerSecond: server.DefaultEdgeLeaseRenewalsPerSecond,
+		EdgeCertificateLifetime:    enrolment.DefaultCertificateLifetime,
+		EnrolmentTokenTTL:          enrolment.DefaultTokenTTL,
+		StateNamespace:             metav1.NamespaceDefault,
+		OwnershipLeaseNamespace:    metav1.NamespaceDefault,
+		OwnershipLeaseDuration:     15 * time.Second,
+		MaxConcurrentHandshakes:    server.DefaultMaxConcurrentHandshakes,
+		HandshakeMaxWait:           server.DefaultHandshakeMaxWait,
+		HandshakeRetryAfter:        server.DefaultHandshakeRetryAfter,
 	}
 }
 
@@ -136,6 +140,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HandshakeMaxWait, "handshake-max-wait", o.HandshakeMaxWait, "How long an edge handshake waits for a slot (--max-concurrent-handshakes) before it is refused as busy.")
 	fs.DurationVar(&o.HandshakeRetryAfter, "handshake-retry-after", o.HandshakeRetryAfter, "Mean retry delay given to an edge refused as busy (each drawn from half to one and a half times it).")
 	fs.DurationVar(&o.EdgeLeaseRenewInterval, "edge-lease-renew-interval", o.EdgeLeaseRenewInterval, "Shortest interval between two renewals of a connected edge's Lease in kcp: it is renewed every heartbeat interval, but no more often than this.")
+	fs.Float64Var(&o.EdgeLeaseRenewalsPerSecond, "edge-lease-renewals-per-second", o.EdgeLeaseRenewalsPerSecond, "Renewals of the connected edges' Leases in kcp per second, all edges together: with N edges connected each Lease is renewed every max(heartbeat interval, --edge-lease-renew-interval, N / this) and lasts three such periods (1,000 edges at 50: every 20 s). Connects and disconnects are written at once. 0 bounds nothing.")
 }
 
 // Validate reports every problem with the options at once.
@@ -193,6 +198,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EdgeLeaseRenewInterval < protocol.MinHeartbeatInterval {
 		errs = append(errs, fmt.Errorf("--edge-lease-renew-interval must be at least %s", protocol.MinHeartbeatInterval))
+	}
+	if !(o.EdgeLeaseRenewalsPerSecond >= 0) || math.IsInf(o.EdgeLeaseRenewalsPerSecond, 1) {
+		errs = append(errs, errors.New("--edge-lease-renewals-per-second must be a finite number, 0 or more"))
 	}
 	if o.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))

@@ -89,3 +89,33 @@ func TestReplicaFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeLeaseRenewalsFlag: the renewal bound is 50 a second unless set; 0
+// bounds nothing; a negative or non-finite one stops the broker at start.
+func TestEdgeLeaseRenewalsFlag(t *testing.T) {
+	base := []string{"--config", "broker.yaml", "--kcp-kubeconfig", "kcp.kubeconfig", "--tls-cert", "tls.crt", "--tls-key", "tls.key", "--client-ca", "ca.crt"}
+	tests := []struct {
+		args    []string
+		want    float64
+		wantErr string
+	}{
+		{want: 50},
+		{args: []string{"--edge-lease-renewals-per-second", "0"}, want: 0},
+		{args: []string{"--edge-lease-renewals-per-second", "2.5"}, want: 2.5},
+		{args: []string{"--edge-lease-renewals-per-second", "-1"}, wantErr: "--edge-lease-renewals-per-second must be a finite number, 0 or more"},
+		{args: []string{"--edge-lease-renewals-per-second", "NaN"}, wantErr: "--edge-lease-renewals-per-second must be a finite number, 0 or more"},
+		{args: []string{"--edge-lease-renewals-per-second", "+Inf"}, wantErr: "--edge-lease-renewals-per-second must be a finite number, 0 or more"},
+	}
+	for _, tt := range tests {
+		o := NewOptions()
+		_, err := cli.Parse("ferry-broker", append(append([]string{}, base...), tt.args...), o)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tt.args, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%q: error %v, want one saying %q", tt.args, err, tt.wantErr)
+		case tt.wantErr == "" && o.EdgeLeaseRenewalsPerSecond != tt.want:
+			t.Errorf("%q: %v renewals a second, want %v", tt.args, o.EdgeLeaseRenewalsPerSecond, tt.want)
+		}
+	}
+}
