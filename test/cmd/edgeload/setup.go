@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -29,38 +27,15 @@ func exportOf(edge string) string { return edge + ".edgeload.ferry.dev" }
 func edgeName(i int) string { return fmt.Sprintf("load-%05d", i) }
 
 // createExports creates n APIExports in the workspace at path, parallel at
-// once. They share one workspace: what the broker pays per edge is per
-// APIExport (an engine, a watch of its endpoint slice, a Lease, the
-// handshake's reads), not per workspace, while kcp creates a workspace
-// far more slowly than an APIExport. The one thing per workspace, reading
-// its revocations, is then paid once instead of n times.
+// once. They share one workspace, while kcp creates a workspace far more
+// slowly than an APIExport. What the broker pays per workspace is then paid
+// once instead of n times: reading its revocations and its logical
+// cluster, and the one watch of its endpoint slices that serves every
+// export's engine and handshake (README, "Many edges").
 func createExports(ctx context.Context, cfg *rest.Config, path logicalcluster.Path, n, parallel int) error {
-	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	for range parallel {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := framework.CreateAPIExport(ctx, cfg, path, exportName(i)); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return first
+	return forEach(ctx, n, parallel, func(i int) error {
+		return framework.CreateAPIExport(ctx, cfg, path, exportName(i))
+	})
 }
 
 // issueEdgeCertificates gives every simulated edge a client certificate of
