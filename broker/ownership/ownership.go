@@ -43,6 +43,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/ferry-dev/ferry/broker/config"
@@ -118,6 +119,7 @@ type Owners struct {
 	cancelRun context.CancelFunc
 	beatDone  chan struct{}
 	observers map[string]*observer
+	records   map[string]*recordCache
 	held      map[config.APIExportRef]*Held
 	closed    bool
 }
@@ -133,7 +135,7 @@ func New(opts Options) (*Owners, error) {
 	}
 	return &Owners{
 		opts: opts, beat: newHeartbeat(opts, leases.Leases(opts.Namespace)),
-		observers: map[string]*observer{}, held: map[config.APIExportRef]*Held{},
+		observers: map[string]*observer{}, records: map[string]*recordCache{}, held: map[config.APIExportRef]*Held{},
 	}, nil
 }
 
@@ -258,8 +260,24 @@ func (o *Owners) take(ctx context.Context, alive context.Context, export config.
 	}
 	records := getter.Leases(o.opts.Namespace)
 	name := LeaseName(export.Name)
+	cached, err := o.recordCache(ctx, workspace, records)
+	if err != nil {
+		return nil, err
+	}
+	// The first attempt trusts the cache; after a conflict the record is
+	// read.
+	fromCache := true
 	for range 4 {
-		rec, err := records.Get(ctx, name, metav1.GetOptions{})
+		var rec *coordinationv1.Lease
+		if fromCache {
+			rec, err = cached.get(o.opts.Namespace, name), nil
+			if rec == nil {
+				err = apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
+			}
+			fromCache = false
+		} else {
+			rec, err = records.Get(ctx, name, metav1.GetOptions{})
+		}
 		if apierrors.IsNotFound(err) {
 			created, err := records.Create(ctx, o.record(nil, export), metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
@@ -323,6 +341,10 @@ func (o *Owners) record(cur *coordinationv1.Lease, export config.APIExportRef) *
 	if cur != nil {
 		l = cur.DeepCopy()
 	}
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[labelRecord] = "true"
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
@@ -400,6 +422,27 @@ func (o *Owners) ownerDead(ctx context.Context, rec *coordinationv1.Lease, owner
 		ob.observe(l)
 	}
 	return ob.dead(owner), nil
+}
+
+// recordCache returns the listed cache of workspace's ownership records,
+// starting it the first time (it runs until the replica stops).
+func (o *Owners) recordCache(ctx context.Context, workspace string, records coordinationv1client.LeaseInterface) (*recordCache, error) {
+	o.mu.Lock()
+	c, ok := o.records[workspace]
+	if !ok {
+		if o.runCtx == nil || o.closed {
+			o.mu.Unlock()
+			return nil, errors.New("ownership: not running")
+		}
+		c = newRecordCache(records)
+		o.records[workspace] = c
+		go c.run(o.runCtx)
+	}
+	o.mu.Unlock()
+	if err := c.waitSynced(ctx); err != nil {
+		return nil, fmt.Errorf("cannot read the ownership records of workspace %s: %w", workspace, err)
+	}
+	return c, nil
 }
 
 // observer returns the running watch of the replica Leases in workspace,

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ferry-dev/ferry/broker/config"
 	"github.com/ferry-dev/ferry/broker/kcp"
@@ -40,12 +45,19 @@ const replicaWorkspace = "root:ferry"
 // writes (nil: not counted).
 func newReplicaCounting(t *testing.T, kube *fake.Clientset, identity string, writes *atomic.Int64) replica {
 	t.Helper()
+	return newReplicaCountingReads(t, kube, identity, writes, nil)
+}
+
+// newReplicaCountingReads is newReplicaCounting that also counts the
+// reads of single Leases in gets.
+func newReplicaCountingReads(t *testing.T, kube *fake.Clientset, identity string, writes, gets *atomic.Int64) replica {
+	t.Helper()
 	down := &atomic.Bool{}
 	leases := kcp.LeasesClientsFunc(func(workspace string) (coordinationv1client.LeasesGetter, error) {
 		if workspace != export.Workspace && workspace != replicaWorkspace {
 			t.Errorf("Leases of workspace %s, want the export's %s or the replicas' %s", workspace, export.Workspace, replicaWorkspace)
 		}
-		return cutOff{LeasesGetter: kube.CoordinationV1(), down: down, writes: writes}, nil
+		return cutOff{LeasesGetter: kube.CoordinationV1(), down: down, writes: writes, gets: gets}, nil
 	})
 	o, err := New(Options{Leases: leases, Namespace: "ferry-system", Workspace: replicaWorkspace, Identity: identity,
 		LeaseDuration: 1 * time.Second, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
@@ -66,16 +78,18 @@ type cutOff struct {
 	coordinationv1client.LeasesGetter
 	down   *atomic.Bool
 	writes *atomic.Int64
+	gets   *atomic.Int64
 }
 
 func (c cutOff) Leases(ns string) coordinationv1client.LeaseInterface {
-	return failing{LeaseInterface: c.LeasesGetter.Leases(ns), down: c.down, writes: c.writes}
+	return failing{LeaseInterface: c.LeasesGetter.Leases(ns), down: c.down, writes: c.writes, gets: c.gets}
 }
 
 type failing struct {
 	coordinationv1client.LeaseInterface
 	down   *atomic.Bool
 	writes *atomic.Int64
+	gets   *atomic.Int64
 }
 
 func (f failing) count() {
@@ -87,6 +101,9 @@ func (f failing) count() {
 var errCutOff = errors.New("kcp unreachable")
 
 func (f failing) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if f.gets != nil {
+		f.gets.Add(1)
+	}
 	if f.down.Load() {
 		return nil, errCutOff
 	}
@@ -127,7 +144,7 @@ func exportN(n int) config.APIExportRef {
 }
 
 func TestOneOwnerAndTheOthersAreSentToIt(t *testing.T) {
-	kube := fake.NewClientset()
+	kube := newKube()
 	a, b := newReplica(t, kube, "broker-0:8443"), newReplica(t, kube, "broker-1:8443")
 
 	held, err := claim(t, a)
@@ -152,7 +169,7 @@ func TestOneOwnerAndTheOthersAreSentToIt(t *testing.T) {
 }
 
 func TestReleaseHandsOverAtOnce(t *testing.T) {
-	kube := fake.NewClientset()
+	kube := newKube()
 	a, b := newReplica(t, kube, "broker-0:8443"), newReplica(t, kube, "broker-1:8443")
 	held, err := claim(t, a)
 	if err != nil {
@@ -189,7 +206,7 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 // cannot renew cancels its context within the renew deadline; the other
 // replica takes over only after the lease duration, later.
 func TestAnOwnerCutOffStopsBeforeAnotherStarts(t *testing.T) {
-	kube := fake.NewClientset()
+	kube := newKube()
 	a, b := newReplica(t, kube, "broker-0:8443"), newReplica(t, kube, "broker-1:8443")
 	held, err := claim(t, a)
 	if err != nil {
@@ -237,7 +254,7 @@ func TestLeaseName(t *testing.T) {
 // per export it wrote 50 times as often: 500 writes a second for 1,000
 // exports at the default period).
 func TestRenewalsDoNotGrowWithTheExports(t *testing.T) {
-	kube := fake.NewClientset()
+	kube := newKube()
 	var writes atomic.Int64
 	a := newReplicaCounting(t, kube, "broker-0:8443", &writes)
 	const exports = 50
@@ -257,7 +274,7 @@ func TestRenewalsDoNotGrowWithTheExports(t *testing.T) {
 // own Lease with one write; the other takes every export it owned without
 // waiting out the lease duration.
 func TestShutdownHandsEveryExportOverAtOnce(t *testing.T) {
-	kube := fake.NewClientset()
+	kube := newKube()
 	var writes atomic.Int64
 	a := newReplicaCounting(t, kube, "broker-0:8443", &writes)
 	b := newReplica(t, kube, "broker-1:8443")
@@ -309,7 +326,7 @@ func TestShutdownHandsEveryExportOverAtOnce(t *testing.T) {
 // alive there is not taken over, although the claiming replica's own
 // workspace has no Lease of it.
 func TestARecordNamesWhereItsOwnerLives(t *testing.T) {
-	kube := fake.NewClientset()
+	kube := newKube()
 	a := newReplica(t, kube, "broker-0:8443")
 	if _, err := claim(t, a); err != nil {
 		t.Fatal(err)
@@ -330,4 +347,86 @@ func TestARecordNamesWhereItsOwnerLives(t *testing.T) {
 	if _, err := claim(t, b); !errors.As(err, &elsewhere) {
 		t.Fatalf("a live owner was taken over: %v", err)
 	}
+}
+
+// TestTakingAnExportIsOneWrite: a replica takes a free export with one
+// create and its own export back after a restart with one update, reading
+// no record (the watched records say what there is); a replica that finds
+// the export owned by a live replica reads nothing either.
+func TestTakingAnExportIsOneWrite(t *testing.T) {
+	kube := newKube()
+	var writes, gets atomic.Int64
+	a := newReplicaCountingReads(t, kube, "broker-0:8443", &writes, &gets)
+	const exports = 20
+	if _, err := claimExport(t, a, exportN(0)); err != nil { // starts the watches
+		t.Fatal(err)
+	}
+	writes.Store(0)
+	gets.Store(0) // the replica Lease's first renewal reads it
+	for i := 1; i <= exports; i++ {
+		if _, err := claimExport(t, a, exportN(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Renewals of the replica Lease run beside: at most one per 100 ms.
+	if w, g := writes.Load(), gets.Load(); w > exports+5 || g != 0 {
+		t.Errorf("taking %d free exports: %d writes and %d reads, want one write each and no read", exports, w, g)
+	}
+
+	var bGets atomic.Int64
+	b := newReplicaCountingReads(t, kube, "broker-1:8443", nil, &bGets)
+	if _, err := claimExport(t, b, exportN(0)); err == nil {
+		t.Fatal("two owners")
+	}
+	bGets.Store(0)
+	for i := 1; i <= exports; i++ {
+		var elsewhere *ElsewhereError
+		if _, err := claimExport(t, b, exportN(i)); !errors.As(err, &elsewhere) {
+			t.Fatalf("export %d: %v, want it owned by the live first replica", i, err)
+		}
+	}
+	if g := bGets.Load(); g != 0 {
+		t.Errorf("%d reads to be sent to a live owner, want none", g)
+	}
+}
+
+// newKube is a fake clientset whose Leases have resourceVersions that
+// change on every write and are checked on updates, as an API server's
+// (the fake's tracker keeps them as given): a write on a stale record
+// must fail as it would against kcp.
+func newKube() *fake.Clientset {
+	kube := fake.NewClientset()
+	var mu sync.Mutex
+	next := 0
+	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	kube.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		l := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		next++
+		l.ResourceVersion = strconv.Itoa(next)
+		if err := kube.Tracker().Create(leases, l, l.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, l, nil
+	})
+	kube.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		cur, err := kube.Tracker().Get(leases, l.Namespace, l.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if cur.(*coordinationv1.Lease).ResourceVersion != l.ResourceVersion {
+			return true, nil, apierrors.NewConflict(leases.GroupResource(), l.Name, errors.New("the object has been modified"))
+		}
+		next++
+		l.ResourceVersion = strconv.Itoa(next)
+		if err := kube.Tracker().Update(leases, l, l.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, l, nil
+	})
+	return kube
 }
