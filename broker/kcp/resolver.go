@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 
+	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
 	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
 	"github.com/kcp-dev/logicalcluster/v3"
 	"golang.org/x/sync/singleflight"
@@ -93,10 +94,10 @@ func BaseHost(host string) (string, error) {
 // Resolve checks that the APIExport exists and returns its state.
 func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (ExportState, error) {
 	// The workspace's slices are watched (an engine of one of its exports
-	// runs): an existing slice says the export exists (kcp deletes it with
-	// the export), so nothing is read. Without a slice the export may be
+	// runs): the export's slice says it exists (kcp deletes it with the
+	// export), so nothing is read. Without a slice the export may be
 	// gone: read kcp.
-	if slice, cluster, ok := r.slices.lookup(ref.Workspace, ref.Name); ok && slice != nil && cluster != "" {
+	if slice, cluster, ok := r.slices.lookup(ref.Workspace, ref.Name); ok && isSliceOf(slice, ref.Name) && cluster != "" {
 		return ExportState{LogicalCluster: cluster, VirtualWorkspaceURLs: endpointURLs(slice, r.rewrite)}, nil
 	}
 	path := logicalcluster.NewPath(ref.Workspace)
@@ -108,23 +109,32 @@ func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (Export
 	state := ExportState{LogicalCluster: cluster}
 	r.slices.learnedLogicalCluster(ref.Workspace, cluster)
 
+	// The slice first: when it is there, so is the export (one read
+	// instead of two); the export is read only without one.
+	slice, err := r.client.Cluster(path).ApisV1alpha1().APIExportEndpointSlices().Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case err == nil && isSliceOf(slice, ref.Name):
+		state.VirtualWorkspaceURLs = endpointURLs(slice, r.rewrite)
+		return state, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return state, fmt.Errorf("cannot read APIExportEndpointSlice %s: %w", ref, err)
+	}
+	// No slice (kcp creates it shortly after the export): is the export
+	// there?
 	if _, err := r.client.Cluster(path).ApisV1alpha2().APIExports().Get(ctx, ref.Name, metav1.GetOptions{}); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			return state, &NotFoundError{What: fmt.Sprintf("APIExport %s", ref), Err: err}
 		}
 		return state, fmt.Errorf("cannot read APIExport %s: %w", ref, err)
 	}
-
-	slice, err := r.client.Cluster(path).ApisV1alpha1().APIExportEndpointSlices().Get(ctx, ref.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		// kcp creates the slice shortly after the export; not an error.
-	case err != nil:
-		return state, fmt.Errorf("cannot read APIExportEndpointSlice %s: %w", ref, err)
-	default:
-		state.VirtualWorkspaceURLs = endpointURLs(slice, r.rewrite)
-	}
 	return state, nil
+}
+
+// isSliceOf tells whether slice is the one kcp makes for the export named
+// export (same name, pointing at it): a slice someone else made under that
+// name proves nothing.
+func isSliceOf(slice *apisv1alpha1.APIExportEndpointSlice, export string) bool {
+	return slice != nil && slice.Name == export && slice.Spec.APIExport.Name == export
 }
 
 // logicalCluster is the logical cluster name of the workspace at path,

@@ -32,7 +32,11 @@ type fakeKCP struct {
 	kcpclientset.ClusterInterface
 	clusters map[string]string
 	exports  map[string]bool
-	reads    atomic.Int32
+	// slices by "path/name" (nil: none).
+	slices map[string]*apisv1alpha1.APIExportEndpointSlice
+	reads  atomic.Int32
+	// exportReads counts the reads of APIExports.
+	exportReads atomic.Int32
 	// gate returns the channel the n-th LogicalCluster read (from 1) waits
 	// on; nil: none.
 	gate func(n int32) <-chan struct{}
@@ -104,6 +108,7 @@ type fakeExports struct {
 }
 
 func (e fakeExports) Get(_ context.Context, name string, _ metav1.GetOptions) (*apisv1alpha2.APIExport, error) {
+	e.w.f.exportReads.Add(1)
 	if !e.w.f.exports[e.w.path+"/"+name] {
 		return nil, apierrors.NewNotFound(apisv1alpha2.Resource("apiexports"), name)
 	}
@@ -116,15 +121,19 @@ type fakeApis1 struct {
 }
 
 func (a fakeApis1) APIExportEndpointSlices() apisv1alpha1client.APIExportEndpointSliceInterface {
-	return fakeSlices{}
+	return fakeSlices{w: a.w}
 }
 
-// fakeSlices holds no slice: kcp has not served the exports yet.
+// fakeSlices holds the fake's slices of one workspace.
 type fakeSlices struct {
 	apisv1alpha1client.APIExportEndpointSliceInterface
+	w fakeWorkspace
 }
 
-func (fakeSlices) Get(_ context.Context, name string, _ metav1.GetOptions) (*apisv1alpha1.APIExportEndpointSlice, error) {
+func (f fakeSlices) Get(_ context.Context, name string, _ metav1.GetOptions) (*apisv1alpha1.APIExportEndpointSlice, error) {
+	if s, ok := f.w.f.slices[f.w.path+"/"+name]; ok {
+		return s.DeepCopy(), nil
+	}
 	return nil, apierrors.NewNotFound(apisv1alpha1.Resource("apiexportendpointslices"), name)
 }
 
@@ -246,5 +255,34 @@ func TestResolveDoesNotShareAcrossWorkspaces(t *testing.T) {
 		if err != nil || got.LogicalCluster != want {
 			t.Errorf("%s: %+v, %v; want %s", ws, got, err, want)
 		}
+	}
+}
+
+// A cold handshake of an export whose slice kcp made reads the slice and
+// not the export (the slice says it exists); without a slice the export
+// is read, and a missing export is reported as such.
+func TestResolveReadsTheExportOnlyWithoutItsSlice(t *testing.T) {
+	client := workspaceWithExports(2)
+	client.slices = map[string]*apisv1alpha1.APIExportEndpointSlice{
+		testWorkspace + "/export-0": endpointSlice("export-0", "https://shard/services/apiexport/x/export-0"),
+	}
+	r := NewResolver(client, EndpointRewrite{})
+	got, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "export-0"})
+	if err != nil || len(got.VirtualWorkspaceURLs) != 1 {
+		t.Fatalf("export-0: %+v, %v", got, err)
+	}
+	if n := client.exportReads.Load(); n != 0 {
+		t.Errorf("%d APIExport reads for an export whose slice exists, want none", n)
+	}
+	if _, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "export-1"}); err != nil {
+		t.Fatalf("export-1 (no slice yet): %v", err)
+	}
+	_, err = r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "gone"})
+	var nf *NotFoundError
+	if !errors.As(err, &nf) {
+		t.Errorf("a missing export: %v, want NotFoundError", err)
+	}
+	if n := client.exportReads.Load(); n != 2 {
+		t.Errorf("%d APIExport reads, want 2 (the two without a slice)", n)
 	}
 }

@@ -64,6 +64,7 @@ type workspaceSlices struct {
 // ctx ends (blocking), as Resolver.WatchVirtualWorkspace.
 func (w *sliceWatches) watch(ctx context.Context, workspace, export string, onChange func(VirtualWorkspace)) {
 	rep := newEndpointReporter(w.rewrite, onChange)
+	rep.export = export
 	w.mu.Lock()
 	ws, ok := w.byWorkspace[workspace]
 	if !ok {

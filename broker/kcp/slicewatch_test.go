@@ -68,9 +68,11 @@ func (f *sliceSource) latest(t *testing.T) *watch.FakeWatcher {
 	return f.watches[len(f.watches)-1]
 }
 
+// endpointSlice is the slice kcp makes for the export named name.
 func endpointSlice(name string, urls ...string) *apisv1alpha1.APIExportEndpointSlice {
 	s := sliceWith(urls...)
 	s.Name = name
+	s.Spec.APIExport.Name = name
 	return s
 }
 
@@ -232,5 +234,30 @@ func TestResolveReadsNothingWhileTheWorkspaceIsWatched(t *testing.T) {
 	}
 	if n := client.reads.Load() - reads; n != 1 {
 		t.Errorf("%d LogicalCluster reads for an export without a slice, want 1 (read in kcp)", n)
+	}
+}
+
+// TestASliceOfAnotherExportIsNoSlice: a slice under the export's name
+// that points at another export proves nothing: the engine hears of no
+// slice and a handshake reads kcp.
+func TestASliceOfAnotherExportIsNoSlice(t *testing.T) {
+	client := workspaceWithExports(1)
+	impostor := endpointSlice("export-0", "https://elsewhere/services/apiexport/y/other")
+	impostor.Spec.APIExport.Name = "other"
+	src := newSliceSource(impostor)
+	r := NewResolver(client, EndpointRewrite{})
+	r.slices = newSliceWatches(src.listWatch, EndpointRewrite{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rec := &recorder{}
+	go r.WatchVirtualWorkspace(ctx, config.APIExportRef{Workspace: testWorkspace, Name: "export-0"}, rec.report)
+	rec.waitFor(t, VirtualWorkspace{Exists: false})
+	r.slices.learnedLogicalCluster(testWorkspace, testCluster)
+	reads := client.reads.Load()
+	if _, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "export-0"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.reads.Load() - reads; n != 1 {
+		t.Errorf("%d reads: a handshake trusted another export's slice", n)
 	}
 }

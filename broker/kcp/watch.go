@@ -24,6 +24,9 @@ func (r *Resolver) WatchVirtualWorkspace(ctx context.Context, ref config.APIExpo
 // reports of its endpoint URLs: the first observation, then each change
 // of the set.
 type endpointReporter struct {
+	// export names the export whose slice is observed: another slice
+	// under its name is no slice ("" checks nothing).
+	export   string
 	rewrite  EndpointRewrite
 	onChange func(VirtualWorkspace)
 	last     VirtualWorkspace
@@ -51,6 +54,9 @@ func newEndpointReporter(rewrite EndpointRewrite, onChange func(VirtualWorkspace
 // deletion, is no slice: no endpoints).
 func (e *endpointReporter) observe(obj any) {
 	s, _ := obj.(*apisv1alpha1.APIExportEndpointSlice)
+	if s != nil && e.export != "" && !isSliceOf(s, e.export) {
+		s = nil
+	}
 	vw := VirtualWorkspace{Exists: s != nil, URLs: endpointURLs(s, e.rewrite)}
 	if e.reported && vw.Exists == e.last.Exists && slices.Equal(vw.URLs, e.last.URLs) {
 		return
