@@ -213,6 +213,9 @@ bench-workspaces: tools ## Real-server benchmark: BENCH_WS_WORKSPACES x BENCH_WS
 # objects). A load run, never part of make test.
 BENCH_EDGES        ?= 100
 BENCH_EDGES_STEADY ?= 60s
+# Workspaces the edges' APIExports are spread over, round-robin (1: all in
+# one, the broker's best case; kcp creates ~300 workspaces in ~2 minutes).
+BENCH_EDGES_WORKSPACES ?= 1
 # Edges that publish a CRD each and answer intents (0: no intent or report
 # traffic), and the objects per second the generator writes across them.
 BENCH_EDGES_TRAFFIC      ?= 20
@@ -224,7 +227,7 @@ BENCH_EDGES_BROKER_ARGS ?=
 bench-edges: $(KCP) ## Load benchmark: BENCH_EDGES simulated edges (own certificate and APIExport each) over mTLS against the real broker and kcp, BENCH_EDGES_TRAFFIC of them with intent/report traffic: broker CPU and memory per edge, handshakes/s, reconnect storms (table and JSON in BENCH_OUT).
 	go build -o bin/bench/ferry-broker ./broker/cmd/ferry-broker
 	go build -o bin/bench/edgeload ./test/cmd/edgeload
-	bin/bench/edgeload --edges $(BENCH_EDGES) --steady $(BENCH_EDGES_STEADY) --kcp-bin $(KCP) \
+	bin/bench/edgeload --edges $(BENCH_EDGES) --workspaces $(BENCH_EDGES_WORKSPACES) --steady $(BENCH_EDGES_STEADY) --kcp-bin $(KCP) \
 	  --traffic-edges $(BENCH_EDGES_TRAFFIC) --traffic-rate $(BENCH_EDGES_TRAFFIC_RATE) \
 	  --broker-bin $(CURDIR)/bin/bench/ferry-broker --dir $(CURDIR)/_artifacts/bench-edges --out $(BENCH_OUT) \
 	  $(foreach a,$(BENCH_EDGES_BROKER_ARGS),--broker-arg=$(a))

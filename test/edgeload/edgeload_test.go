@@ -204,7 +204,7 @@ func TestPercentile(t *testing.T) {
 // TestReportTable checks the per-edge arithmetic and that every wave and
 // sample is printed.
 func TestReportTable(t *testing.T) {
-	r := &Report{Edges: 100, Samples: []Sample{
+	r := &Report{Edges: 100, Workspaces: 10, WorkspacesSetupSeconds: 12.5, Samples: []Sample{
 		{At: "idle", RSSBytes: 40 << 20, HeapBytes: 5 << 20, Goroutines: 20},
 		{At: "connected", Connected: 100, RSSBytes: 140 << 20, HeapBytes: 55 << 20, Goroutines: 7020},
 	}, Steady: CPUWindow{Seconds: 60, Cores: map[string]float64{"broker": 0.05}},
@@ -220,7 +220,7 @@ func TestReportTable(t *testing.T) {
 	if err := r.WriteTable(&sb); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"idle", "connected", "cold start", "export_served_by_another_edge=3", "RSS 1024.0 KiB", "70.0 goroutines"} {
+	for _, want := range []string{"spread over 10 workspaces (created in 12.5s)", "idle", "connected", "cold start", "export_served_by_another_edge=3", "RSS 1024.0 KiB", "70.0 goroutines"} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, sb.String())
 		}

@@ -17,12 +17,18 @@ type Report struct {
 	Date    time.Time `json:"date"`
 	Machine string    `json:"machine"`
 	Edges   int       `json:"edges"`
+	// Workspaces are the workspaces the edges' APIExports are spread
+	// over, round-robin.
+	Workspaces int `json:"workspaces"`
 	// BrokerArgs are the flags the broker ran with beyond the harness's.
 	BrokerArgs []string `json:"brokerArgs,omitempty"`
 	// HeartbeatSeconds is the negotiated heartbeat interval.
 	HeartbeatSeconds float64 `json:"heartbeatSeconds"`
+	// WorkspacesSetupSeconds is the time kcp took to create those
+	// workspaces and make them ready.
+	WorkspacesSetupSeconds float64 `json:"workspacesSetupSeconds"`
 	// ExportsSetupSeconds is the time kcp took to create the edges'
-	// APIExports (N in one workspace).
+	// APIExports (N across the workspaces).
 	ExportsSetupSeconds float64 `json:"exportsSetupSeconds"`
 	// Samples are the broker at each point: idle (every edge configured,
 	// none connected), connected (every edge connected, after the steady
@@ -96,6 +102,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "broker flags: %s\n", strings.Join(r.BrokerArgs, " "))
 	}
 	fmt.Fprintf(w, "kcp created the %d APIExports in %.1fs", r.Edges, r.ExportsSetupSeconds)
+	switch {
+	case r.Workspaces > 1:
+		fmt.Fprintf(w, ", spread over %d workspaces (created in %.1fs)", r.Workspaces, r.WorkspacesSetupSeconds)
+	case r.Workspaces == 1:
+		fmt.Fprint(w, ", all in one workspace")
+	}
 	if r.KCPSettle.Seconds > 0 {
 		quiet := "quiet"
 		if !r.KCPSettle.Quiet {

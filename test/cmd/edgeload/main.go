@@ -34,6 +34,7 @@ import (
 
 type options struct {
 	edges          int
+	workspaces     int
 	dir, out       string
 	kcpBin, broker string
 	heartbeat      time.Duration
@@ -57,6 +58,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 func main() {
 	var o options
 	flag.IntVar(&o.edges, "edges", 100, "Simulated edges.")
+	flag.IntVar(&o.workspaces, "workspaces", 1, "Workspaces the APIExports are spread over, round-robin (1: all in one, the broker's best case for a cold start; kcp takes minutes for a few hundred).")
 	flag.StringVar(&o.dir, "dir", "_artifacts/bench-edges", "Work directory: kcp's data, the PKI, the broker's configuration and every log.")
 	flag.StringVar(&o.out, "out", "_bench", "Directory for bench-edges.txt and bench-edges.json.")
 	flag.StringVar(&o.kcpBin, "kcp-bin", os.Getenv("FERRY_KCP_BIN"), "The kcp binary (make exports FERRY_KCP_BIN).")
@@ -76,6 +78,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "edgeload: --edges must be positive and --kcp-bin set (run it through make bench-edges)")
 		os.Exit(2)
 	}
+	if o.workspaces < 1 {
+		fmt.Fprintln(os.Stderr, "edgeload: --workspaces must be positive")
+		os.Exit(2)
+	}
+	// A workspace without an export would only cost kcp.
+	o.workspaces = min(o.workspaces, o.edges)
 	if o.trafficEdges < 0 || (o.trafficEdges > 0 && o.trafficRate <= 0) {
 		fmt.Fprintln(os.Stderr, "edgeload: --traffic-edges must not be negative, and --traffic-rate must be positive with traffic")
 		os.Exit(2)
@@ -111,17 +119,21 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer func() { _ = kcp.Stop(30 * time.Second) }()
-	ws, err := createWorkspace(ctx, kcp.Config, "edgeload")
+	report := &edgeload.Report{Date: time.Now().UTC(), Machine: machine(), Edges: o.edges, Workspaces: o.workspaces,
+		HeartbeatSeconds: o.heartbeat.Seconds(), BrokerArgs: o.brokerArgs}
+	start := time.Now()
+	ws, err := createWorkspaces(ctx, kcp.Config, o.workspaces, workspacesParallel)
 	if err != nil {
 		return err
 	}
-	report := &edgeload.Report{Date: time.Now().UTC(), Machine: machine(), Edges: o.edges, HeartbeatSeconds: o.heartbeat.Seconds(), BrokerArgs: o.brokerArgs}
-	start := time.Now()
+	report.WorkspacesSetupSeconds = time.Since(start).Seconds()
+	step("%d workspaces created in %.1fs", o.workspaces, report.WorkspacesSetupSeconds)
+	start = time.Now()
 	if err := createExports(ctx, kcp.Config, ws, o.edges, o.exportParallel); err != nil {
 		return err
 	}
 	report.ExportsSetupSeconds = time.Since(start).Seconds()
-	step("%d APIExports in %s created in %.1fs", o.edges, ws, report.ExportsSetupSeconds)
+	step("%d APIExports in %d workspaces created in %.1fs", o.edges, o.workspaces, report.ExportsSetupSeconds)
 
 	pki := filepath.Join(dir, "pki")
 	if err := framework.MakePKI(ctx, bins, pki, "admin"); err != nil {

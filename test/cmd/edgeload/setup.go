@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kcp-dev/logicalcluster/v3"
 	"k8s.io/client-go/rest"
 
 	"github.com/ferry-dev/ferry/broker/config"
@@ -16,7 +15,7 @@ import (
 )
 
 // exportName is the APIExport of simulated edge i: one edge per export, as
-// the broker requires, all in one workspace (see createExports).
+// the broker requires (its workspace: layout.exportWorkspace).
 func exportName(i int) string { return exportOf(edgeName(i)) }
 
 // exportOf is the APIExport of the simulated edge named edge.
@@ -26,15 +25,16 @@ func exportOf(edge string) string { return edge + ".edgeload.ferry.dev" }
 // its identity's last path segment, its name (finalizer) at the broker.
 func edgeName(i int) string { return fmt.Sprintf("load-%05d", i) }
 
-// createExports creates n APIExports in the workspace at path, parallel at
-// once. They share one workspace, while kcp creates a workspace far more
-// slowly than an APIExport. What the broker pays per workspace is then paid
-// once instead of n times: reading its revocations and its logical
-// cluster, and the one watch of its endpoint slices that serves every
-// export's engine and handshake (README, "Many edges").
-func createExports(ctx context.Context, cfg *rest.Config, path logicalcluster.Path, n, parallel int) error {
+// createExports creates n APIExports in their workspaces (l), parallel at
+// once. By default they share one workspace, while kcp creates a workspace
+// far more slowly than an APIExport. What the broker pays per workspace is
+// then paid once instead of n times: reading its revocations and its
+// logical cluster, and the one watch of its endpoint slices that serves
+// every export's engine and handshake (README, "Many edges"); --workspaces
+// spreads them to measure the other case.
+func createExports(ctx context.Context, cfg *rest.Config, l layout, n, parallel int) error {
 	return forEach(ctx, n, parallel, func(i int) error {
-		return framework.CreateAPIExport(ctx, cfg, path, exportName(i))
+		return framework.CreateAPIExport(ctx, cfg, l.exportWorkspace(i), exportName(i))
 	})
 }
 
@@ -53,13 +53,14 @@ func issueEdgeCertificates(pkiDir string, n int) error {
 	return nil
 }
 
-// brokerConfig authorizes every simulated edge for its own APIExport.
-func brokerConfig(workspace logicalcluster.Path, n int) config.Config {
+// brokerConfig authorizes every simulated edge for its own APIExport, in
+// its workspace.
+func brokerConfig(l layout, n int) config.Config {
 	c := config.Config{Admins: []string{devpki.IdentityFor("admin")}}
 	for i := range n {
 		c.Edges = append(c.Edges, config.Edge{
 			Identity:  devpki.IdentityFor(edgeName(i)),
-			APIExport: config.APIExportRef{Workspace: workspace.String(), Name: exportName(i)},
+			APIExport: config.APIExportRef{Workspace: l.exportWorkspace(i).String(), Name: exportName(i)},
 		})
 	}
 	return c

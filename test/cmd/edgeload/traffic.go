@@ -38,10 +38,11 @@ type target struct {
 }
 
 // setupTraffic waits until the broker published every traffic edge's CRD,
-// binds their exports in one consumer workspace (accepting their claims)
-// and waits until the consumer is served each resource. It returns the
-// writer of the widgets.
-func setupTraffic(ctx context.Context, cfg *rest.Config, exports logicalcluster.Path, edges []*edgeload.Edge, timeout time.Duration) (*writer, error) {
+// binds their exports, each from its own workspace (exports, by edge
+// name), in one consumer workspace (accepting their claims) and waits until
+// the consumer is served each resource. It returns the writer of the
+// widgets.
+func setupTraffic(ctx context.Context, cfg *rest.Config, exports map[string]logicalcluster.Path, edges []*edgeload.Edge, timeout time.Duration) (*writer, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	targets := make([]target, len(edges))
@@ -56,12 +57,17 @@ func setupTraffic(ctx context.Context, cfg *rest.Config, exports logicalcluster.
 		sr := r.GetServedResource()
 		targets[i] = target{resource: schema.GroupVersionResource{Group: sr.GetGroup(), Version: sr.GetVersion(), Resource: sr.GetResource()}, kind: r.GetProjectedKind()}
 	}
+	for _, e := range edges {
+		if _, ok := exports[e.Name()]; !ok {
+			return nil, fmt.Errorf("edge %s: no workspace known for its export", e.Name())
+		}
+	}
 	consumer, err := createWorkspace(ctx, cfg, consumerWorkspace)
 	if err != nil {
 		return nil, err
 	}
 	if err := forEach(ctx, len(edges), 4, func(i int) error {
-		return framework.BindAPIExport(ctx, cfg, consumer, exports, exportOf(edges[i].Name()))
+		return framework.BindAPIExport(ctx, cfg, consumer, exports[edges[i].Name()], exportOf(edges[i].Name()))
 	}); err != nil {
 		return nil, err
 	}

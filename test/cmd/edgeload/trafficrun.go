@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kcp-dev/logicalcluster/v3"
 	"k8s.io/client-go/rest"
 
 	"github.com/ferry-dev/ferry/test/edgeload"
@@ -15,11 +14,11 @@ import (
 
 // startTraffic waits for the traffic edges' CRDs, binds them and starts
 // writing objects.
-func startTraffic(ctx context.Context, cfg *rest.Config, exports logicalcluster.Path, fleet *edgeload.Fleet, o options,
+func startTraffic(ctx context.Context, cfg *rest.Config, exports layout, fleet *edgeload.Fleet, o options,
 	step func(string, ...any)) (*trafficRun, error) {
 	start := time.Now()
 	step("traffic: %d edges publish a CRD each; binding them in %s", o.trafficEdges, consumerWorkspace)
-	w, err := setupTraffic(ctx, cfg, exports, fleet.TrafficEdges(), 5*time.Minute)
+	w, err := setupTraffic(ctx, cfg, exports.edgeWorkspaces(o.trafficEdges), fleet.TrafficEdges(), 5*time.Minute)
 	if err != nil {
 		return nil, err
 	}
