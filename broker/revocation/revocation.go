@@ -173,14 +173,26 @@ func (s *Set) Blocks() []Block {
 // workspaces that failed are listed again by the next Load or
 // EnsureLoaded.
 func (s *Set) Load(ctx context.Context) error {
-	var errs []error
-	for _, ws := range s.workspaces() {
-		if err := s.loadWorkspace(ctx, ws); err != nil {
-			errs = append(errs, err)
-		}
+	// In parallel, bounded: the broker serves only once they are read,
+	// and a hundred workspaces listed one after another delayed a
+	// restarted broker's first handshake by more than a second.
+	workspaces := s.workspaces()
+	errs := make([]error, len(workspaces))
+	sem := make(chan struct{}, loadParallel)
+	var wg sync.WaitGroup
+	for i, ws := range workspaces {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = s.loadWorkspace(ctx, ws)
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// loadParallel bounds the workspaces Load lists at once.
+const loadParallel = 16
 
 // EnsureLoaded lists the revocation Secrets of identity's export workspace
 // unless that was done: a stream must not be accepted on blocks that were

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -331,5 +333,46 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if n := len(s.Blocks()); n != 4 {
 		t.Errorf("%d blocks, want 4", n)
+	}
+}
+
+// TestLoadListsWorkspacesInParallel: a broker with exports in many
+// workspaces lists their revocations side by side before it serves, a
+// bounded number at once (one after another, 100 workspaces delayed a
+// restarted broker's first handshake by more than a second).
+func TestLoadListsWorkspacesInParallel(t *testing.T) {
+	const workspaces = 40
+	cfg := &config.Config{}
+	kcp := &fakeKCP{workspaces: map[string]*fake.Clientset{}}
+	var inFlight, most atomic.Int32
+	for i := range workspaces {
+		ws := fmt.Sprintf("root:ws-%02d", i)
+		cfg.Edges = append(cfg.Edges, config.Edge{Identity: fmt.Sprintf("spiffe://example.com/edge/e%02d", i), APIExport: config.APIExportRef{Workspace: ws, Name: "x.example.com"}})
+		c := fake.NewSimpleClientset()
+		c.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+			n := inFlight.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			inFlight.Add(-1)
+			return false, nil, nil
+		})
+		kcp.workspaces[ws] = c
+	}
+	s := newSet(t, cfg, kcp)
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m := most.Load(); m < 2 || m > loadParallel {
+		t.Errorf("at most %d Lists at once, want between 2 and %d", m, loadParallel)
+	}
+	for ws := range kcp.workspaces {
+		if n := kcp.lists(ws); n != 1 {
+			t.Errorf("%d Lists in %s, want 1", n, ws)
+		}
 	}
 }
