@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
 	kcpclientset "github.com/kcp-dev/kcp/sdk/client/clientset/versioned/cluster"
@@ -91,15 +92,34 @@ func BaseHost(host string) (string, error) {
 	return u.String(), nil
 }
 
+// sliceListWait bounds how long a handshake waits for its workspace's
+// slices to be listed before it reads its own (kcp slow to list, or the
+// broker's credentials may not list them).
+const sliceListWait = 3 * time.Second
+
 // Resolve checks that the APIExport exists and returns its state.
 func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (ExportState, error) {
-	// The workspace's slices are watched (an engine of one of its exports
-	// runs): the export's slice says it exists (kcp deletes it with the
-	// export), so nothing is read. Without a slice the export may be
-	// gone: read kcp.
-	if slice, cluster, ok := r.slices.lookup(ref.Workspace, ref.Name); ok && isSliceOf(slice, ref.Name) && cluster != "" {
+	// The export's slice from the workspace's watch (started here if no
+	// engine of the workspace runs, shared with every handshake and
+	// engine of the workspace): it says the export exists (kcp makes one
+	// per export and deletes it with the export). A storm of a cold
+	// broker's edges thus reads one list per workspace, not a slice per
+	// edge.
+	ws := r.slices.hold(ref.Workspace)
+	defer r.slices.release(ref.Workspace, ws)
+	slice, cluster, listed := r.slices.listedState(ctx, ws, ref.Name, sliceListWait)
+	if listed && isSliceOf(slice, ref.Name) {
+		if cluster == "" {
+			var err error
+			if cluster, err = r.logicalCluster(ctx, logicalcluster.NewPath(ref.Workspace)); err != nil {
+				return ExportState{}, err
+			}
+			r.slices.learnedLogicalCluster(ref.Workspace, cluster)
+		}
 		return ExportState{LogicalCluster: cluster, VirtualWorkspaceURLs: endpointURLs(slice, r.rewrite)}, nil
 	}
+	// Not listed in time, or no slice (the export may be gone, or kcp has
+	// not made its slice yet): read kcp.
 	path := logicalcluster.NewPath(ref.Workspace)
 
 	cluster, err := r.logicalCluster(ctx, path)
@@ -111,10 +131,10 @@ func (r *Resolver) Resolve(ctx context.Context, ref config.APIExportRef) (Export
 
 	// The slice first: when it is there, so is the export (one read
 	// instead of two); the export is read only without one.
-	slice, err := r.client.Cluster(path).ApisV1alpha1().APIExportEndpointSlices().Get(ctx, ref.Name, metav1.GetOptions{})
+	read, err := r.client.Cluster(path).ApisV1alpha1().APIExportEndpointSlices().Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
-	case err == nil && isSliceOf(slice, ref.Name):
-		state.VirtualWorkspaceURLs = endpointURLs(slice, r.rewrite)
+	case err == nil && isSliceOf(read, ref.Name):
+		state.VirtualWorkspaceURLs = endpointURLs(read, r.rewrite)
 		return state, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return state, fmt.Errorf("cannot read APIExportEndpointSlice %s: %w", ref, err)

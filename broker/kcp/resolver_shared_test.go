@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/ferry-dev/ferry/broker/config"
 )
@@ -130,6 +132,22 @@ type fakeSlices struct {
 	w fakeWorkspace
 }
 
+// List lists the workspace's slices (the workspace's watch).
+func (f fakeSlices) List(context.Context, metav1.ListOptions) (*apisv1alpha1.APIExportEndpointSliceList, error) {
+	list := &apisv1alpha1.APIExportEndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+	for key, s := range f.w.f.slices {
+		if strings.HasPrefix(key, f.w.path+"/") {
+			list.Items = append(list.Items, *s.DeepCopy())
+		}
+	}
+	return list, nil
+}
+
+// Watch reports no change.
+func (f fakeSlices) Watch(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	return watch.NewFake(), nil
+}
+
 func (f fakeSlices) Get(_ context.Context, name string, _ metav1.GetOptions) (*apisv1alpha1.APIExportEndpointSlice, error) {
 	if s, ok := f.w.f.slices[f.w.path+"/"+name]; ok {
 		return s.DeepCopy(), nil
@@ -160,6 +178,11 @@ func TestResolveSharesWorkspaceRead(t *testing.T) {
 		const n = 20
 		release := make(chan struct{})
 		client := workspaceWithExports(n)
+		client.slices = map[string]*apisv1alpha1.APIExportEndpointSlice{}
+		for i := range n {
+			name := fmt.Sprintf("export-%d", i)
+			client.slices[testWorkspace+"/"+name] = endpointSlice(name)
+		}
 		client.gate = func(read int32) <-chan struct{} {
 			if read == 1 {
 				return release
@@ -167,6 +190,8 @@ func TestResolveSharesWorkspaceRead(t *testing.T) {
 			return nil
 		}
 		r := NewResolver(client, EndpointRewrite{})
+		r.slices.linger = 0 // each handshake's watch stops with it: nothing is kept
+		r.slices.linger = 0 // nothing outlives the test's bubble
 		states := make([]ExportState, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
@@ -194,6 +219,7 @@ func TestResolveSharesWorkspaceRead(t *testing.T) {
 func TestResolveReadsAgainAfterARead(t *testing.T) {
 	client := workspaceWithExports(1)
 	r := NewResolver(client, EndpointRewrite{})
+	r.slices.linger = 0 // each handshake's watch stops with it: nothing is kept
 	ref := config.APIExportRef{Workspace: testWorkspace, Name: "export-0"}
 	for range 3 {
 		if _, err := r.Resolve(t.Context(), ref); err != nil {
@@ -218,6 +244,8 @@ func TestResolveJoinerOutlivesCancelledStarter(t *testing.T) {
 			return nil
 		}
 		r := NewResolver(client, EndpointRewrite{})
+		r.slices.linger = 0 // each handshake's watch stops with it: nothing is kept
+		r.slices.linger = 0 // nothing outlives the test's bubble
 		starterCtx, cancelStarter := context.WithCancel(t.Context())
 		var starterErr, joinerErr error
 		var joined ExportState
@@ -250,6 +278,7 @@ func TestResolveDoesNotShareAcrossWorkspaces(t *testing.T) {
 	client.clusters["root:other"] = "9other"
 	client.exports["root:other/export-0"] = true
 	r := NewResolver(client, EndpointRewrite{})
+	r.slices.linger = 0 // each handshake's watch stops with it: nothing is kept
 	for ws, want := range map[string]string{testWorkspace: testCluster, "root:other": "9other"} {
 		got, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: ws, Name: "export-0"})
 		if err != nil || got.LogicalCluster != want {
@@ -267,6 +296,7 @@ func TestResolveReadsTheExportOnlyWithoutItsSlice(t *testing.T) {
 		testWorkspace + "/export-0": endpointSlice("export-0", "https://shard/services/apiexport/x/export-0"),
 	}
 	r := NewResolver(client, EndpointRewrite{})
+	r.slices.linger = 0 // each handshake's watch stops with it: nothing is kept
 	got, err := r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: "export-0"})
 	if err != nil || len(got.VirtualWorkspaceURLs) != 1 {
 		t.Fatalf("export-0: %+v, %v", got, err)

@@ -123,6 +123,7 @@ func TestOneSliceWatchPerWorkspace(t *testing.T) {
 	}
 	fake := newSliceSource(objs...)
 	w := newSliceWatches(fake.listWatch, EndpointRewrite{})
+	w.linger = 0 // stops with its last engine
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -259,5 +260,43 @@ func TestASliceOfAnotherExportIsNoSlice(t *testing.T) {
 	}
 	if n := client.reads.Load() - reads; n != 1 {
 		t.Errorf("%d reads: a handshake trusted another export's slice", n)
+	}
+}
+
+// TestSliceWatchLingersAfterAHandshake: the watch a handshake started (no
+// engine yet) runs on for the linger, so the engine that attaches next
+// finds it listed; without anyone it stops after the linger.
+func TestSliceWatchLingersAfterAHandshake(t *testing.T) {
+	src := newSliceSource(endpointSlice("e", "https://shard/x"))
+	w := newSliceWatches(src.listWatch, EndpointRewrite{})
+	w.linger = 200 * time.Millisecond
+	ws := w.hold("root:provider")
+	slice, _, listed := w.listedState(t.Context(), ws, "e", 5*time.Second)
+	if !listed || !isSliceOf(slice, "e") {
+		t.Fatalf("the handshake's wait: %v, listed %t", slice, listed)
+	}
+	w.release("root:provider", ws)
+	rec := &recorder{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.watch(ctx, "root:provider", "e", rec.report)
+	}()
+	rec.waitFor(t, VirtualWorkspace{Exists: true, URLs: []string{"https://shard/x"}})
+	if n := src.started.Load(); n != 1 {
+		t.Errorf("%d watches: the engine after the handshake started its own", n)
+	}
+	cancel()
+	<-done
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, ok := w.lookup("root:provider", "e"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch runs on long after its linger")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
