@@ -240,12 +240,19 @@ func TestRelatedSecretFromServiceCluster(t *testing.T) {
 		if _, err := consumer.CoreV1().Secrets("default").Get(ctx, "web-tls-2", metav1.GetOptions{}); err != nil {
 			// Say where the chain stopped: the local copy's reference, the
 			// local Secret it names.
+			// A context of its own: the attempt's may be the one that
+			// ran out, which would say nothing.
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
 			local := "local copy: not found"
-			if copies, lerr := e.local.Namespace(e.consumerLC).List(ctx, metav1.ListOptions{}); lerr == nil {
+			copies, lerr := e.local.Namespace(e.consumerLC).List(dctx, metav1.ListOptions{})
+			if lerr != nil {
+				local = "local copies: " + lerr.Error()
+			} else {
 				for _, c := range copies.Items {
 					if c.GetAnnotations()[naming.AnnotationName] == "web" {
 						name, _ := specField(&c, "secretName")
-						_, serr := svc.CoreV1().Secrets(c.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+						_, serr := svc.CoreV1().Secrets(c.GetNamespace()).Get(dctx, name, metav1.GetOptions{})
 						local = fmt.Sprintf("local copy names Secret %s (get: %v)", name, serr)
 					}
 				}
