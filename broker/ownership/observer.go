@@ -7,14 +7,9 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
-
-	"github.com/ferry-dev/ferry/pkg/watching"
 )
 
 // observer watches the replica Leases of one workspace and remembers, by
@@ -46,22 +41,9 @@ type observation struct {
 }
 
 func newObserver(leases coordinationv1client.LeaseInterface, leaseDuration time.Duration, now func() time.Time) *observer {
-	selector := labelReplica + "=true"
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return leases.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return leases.Watch(ctx, o)
-		},
-	}
 	ob := &observer{
 		leaseDuration: leaseDuration, now: now,
-		// List, then watch: a handful of small Leases, and kcp versions
-		// differ in how they stream an initial state (package watching).
-		informer: cache.NewSharedIndexInformer(watching.WithoutWatchList(lw), &coordinationv1.Lease{}, 0, cache.Indexers{}),
+		informer: leaseInformer(leases, labelReplica),
 		seen:     map[string]observation{}, gone: map[string]time.Time{},
 	}
 	_, _ = ob.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{

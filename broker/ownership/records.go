@@ -29,15 +29,22 @@ type recordCache struct {
 }
 
 func newRecordCache(records coordinationv1client.LeaseInterface) *recordCache {
-	selector := labelRecord + "=true"
+	return &recordCache{informer: leaseInformer(records, labelRecord)}
+}
+
+// leaseInformer lists, then watches (package watching: a handful of small
+// Leases, and kcp versions differ in how they stream an initial state) the
+// Leases labelled label=true, without managedFields.
+func leaseInformer(leases coordinationv1client.LeaseInterface, label string) cache.SharedIndexInformer {
+	selector := label + "=true"
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
-			return records.List(ctx, o)
+			return leases.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
-			return records.Watch(ctx, o)
+			return leases.Watch(ctx, o)
 		},
 	}
 	informer := cache.NewSharedIndexInformer(watching.WithoutWatchList(lw), &coordinationv1.Lease{}, 0, cache.Indexers{})
@@ -47,7 +54,7 @@ func newRecordCache(records coordinationv1client.LeaseInterface) *recordCache {
 		}
 		return obj, nil
 	})
-	return &recordCache{informer: informer}
+	return informer
 }
 
 func (c *recordCache) run(ctx context.Context) { c.informer.RunWithContext(ctx) }
