@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	apisv1alpha1 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha1"
 	apisv1alpha2 "github.com/kcp-dev/kcp/sdk/apis/apis/v1alpha2"
@@ -199,6 +200,12 @@ func TestResolveSharesWorkspaceRead(t *testing.T) {
 			wg.Go(func() {
 				states[i], errs[i] = r.Resolve(t.Context(), config.APIExportRef{Workspace: testWorkspace, Name: fmt.Sprintf("export-%d", i)})
 			})
+		}
+		// The handshakes first wait for the workspace's slices to be
+		// listed (fake time passes only while the test sleeps), then for
+		// the first read, which the gate holds.
+		for client.reads.Load() == 0 {
+			time.Sleep(10 * time.Millisecond)
 		}
 		synctest.Wait() // every call is waiting for the first read
 		close(release)
