@@ -222,19 +222,6 @@ func (w *sliceWatches) start(workspace string) *workspaceSlices {
 	return ws
 }
 
-// lookup is what the running, listed watch of workspace knows of export:
-// its slice (nil: none) and the workspace's logical cluster ("" when no
-// handshake read it yet); ok is false without such a watch.
-func (w *sliceWatches) lookup(workspace, export string) (slice *apisv1alpha1.APIExportEndpointSlice, logicalCluster string, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ws, running := w.byWorkspace[workspace]
-	if !running || !ws.informer.HasSynced() {
-		return nil, "", false
-	}
-	return current(ws.informer, export), ws.logicalCluster, true
-}
-
 // learnedLogicalCluster records workspace's logical cluster in its running
 // watch, if any.
 func (w *sliceWatches) learnedLogicalCluster(workspace, cluster string) {
